@@ -1,0 +1,25 @@
+"""Zephon: an elastically deterministic data loader for LLM training.
+
+Every optimizer step's global batch is bit-identical whatever the data-parallel size, runner or
+worker count, across checkpoint/resume cycles onto other rank counts. See DESIGN.md.
+"""
+
+from zephon.batch import Batch, batches_per_lane, global_step_digest
+from zephon.io import Dataset
+from zephon.options import Options
+from zephon.pipeline import Pipeline
+from zephon.state import merge_states
+from zephon.work import DatasetWorkSource, StaticMixtureWorkSource, TokenEstimation
+
+__all__ = [
+    "Batch",
+    "Dataset",
+    "DatasetWorkSource",
+    "Options",
+    "Pipeline",
+    "StaticMixtureWorkSource",
+    "TokenEstimation",
+    "batches_per_lane",
+    "global_step_digest",
+    "merge_states",
+]

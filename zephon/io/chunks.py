@@ -1,0 +1,63 @@
+"""Shards and chunks: the units a dataset is planned and read in.
+
+A *shard* is one file of a dataset. A *chunk* is a contiguous range of one shard: rows for
+row-addressable formats (Parquet, Arrow IPC), bytes for line formats (JSON lines, text), where a
+chunk owns the lines that *start* inside its byte range. Chunks are planned from metadata alone
+(file sizes, row-group and record-batch row counts); reading one is stateless work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """One file of a dataset: its URL (or local path) and its size in bytes."""
+
+    url: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A range ``[start, stop)`` of one shard of one dataset, in the format's unit."""
+
+    dataset: int
+    shard: int
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkTable:
+    """All chunks of one dataset, as parallel arrays (a dataset may have millions of chunks)."""
+
+    shard: np.ndarray  # int32
+    start: np.ndarray  # int64
+    stop: np.ndarray  # int64
+
+    @staticmethod
+    def from_ranges(ranges: list[tuple[int, int, int]]) -> ChunkTable:
+        arr = np.asarray(ranges, dtype=np.int64).reshape(-1, 3)
+        return ChunkTable(arr[:, 0].astype(np.int32), arr[:, 1].copy(), arr[:, 2].copy())
+
+    def __len__(self) -> int:
+        return len(self.shard)
+
+    def chunk(self, dataset: int, i: int) -> Chunk:
+        return Chunk(dataset, int(self.shard[i]), int(self.start[i]), int(self.stop[i]))
+
+    def sizes(self) -> np.ndarray:
+        return self.stop - self.start
+
+
+def split_range(start: int, stop: int, step: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` cut into consecutive pieces of at most ``step``."""
+    return [(a, min(a + step, stop)) for a in range(start, stop, step)]

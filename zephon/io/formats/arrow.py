@@ -1,0 +1,45 @@
+"""Arrow IPC files (file or stream format): chunks are row ranges inside one record batch."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from zephon.io.chunks import Shard, split_range
+from zephon.io.formats.base import Format, Records, open_binary
+
+
+def _batches(shard: Shard, storage: dict) -> list[pa.RecordBatch]:
+    if "://" not in shard.url or shard.url.startswith("file://"):
+        source = pa.memory_map(shard.url.removeprefix("file://"))  # zero-copy for local files
+    else:
+        with open_binary(shard.url, **storage) as f:
+            source = pa.BufferReader(f.read())
+    try:
+        reader = pa.ipc.open_file(source)
+        return [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    except pa.ArrowInvalid:  # not the file format: an IPC stream, as `datasets` caches write
+        source.seek(0)
+        return list(pa.ipc.open_stream(source))
+
+
+class ArrowFormat(Format):
+    name = "arrow"
+    unit = "rows"
+
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
+        ranges, start = [], 0
+        for batch in _batches(shard, storage):
+            ranges += split_range(start, start + batch.num_rows, chunk_size)
+            start += batch.num_rows
+        return ranges
+
+    def read(self, shard, start, stop, columns, **storage) -> Records:
+        offset = 0
+        for batch in _batches(shard, storage):
+            if offset <= start < offset + batch.num_rows:
+                piece = batch.slice(start - offset, stop - start)
+                if columns:
+                    piece = piece.select(list(columns))
+                return piece.to_pylist()
+            offset += batch.num_rows
+        raise ValueError(f"{shard.url}: rows [{start}, {stop}) are past the end of the file")

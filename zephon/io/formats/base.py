@@ -1,0 +1,47 @@
+"""The interface every file format implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import fsspec
+
+from zephon.io.chunks import Shard
+
+Records = list[dict[str, Any]]
+
+
+class DataError(ValueError):
+    """Malformed data: the message names the file and the place in it."""
+
+
+class Format(ABC):
+    """Plans one shard into chunk ranges and reads a chunk into records.
+
+    ``unit`` says what chunk ranges count: ``"rows"`` or ``"bytes"``.
+    """
+
+    name: str
+    unit: str
+
+    def __init__(self, compression: str | None = None):
+        self.compression = compression
+
+    @abstractmethod
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
+        """Chunk ranges of ``shard`` from its metadata, in this format's unit."""
+
+    @abstractmethod
+    def read(
+        self, shard: Shard, start: int, stop: int, columns: tuple[str, ...] | None, **storage
+    ) -> Records:
+        """The records of ``[start, stop)`` of ``shard``."""
+
+    def __repr__(self) -> str:
+        return f"{self.name}" + (f"+{self.compression}" if self.compression else "")
+
+
+def open_binary(url: str, compression: str | None = None, **storage):
+    """An fsspec file object for ``url``, decompressing on the fly when asked."""
+    return fsspec.open(url, "rb", compression=compression, **storage).open()

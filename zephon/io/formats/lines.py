@@ -1,0 +1,102 @@
+"""Line formats: JSON lines and plain text, plain or compressed.
+
+A plain file is chunked by byte ranges from its size alone; a chunk owns the lines whose first
+byte lies inside its range, so every line belongs to exactly one chunk whatever the chunk size.
+A compressed file cannot be read from the middle, so it is one chunk.
+"""
+
+from __future__ import annotations
+
+import json
+
+from zephon.io.chunks import Shard, split_range
+from zephon.io.formats.base import DataError, Format, Records, open_binary
+
+_BLOCK = 1 << 20
+
+
+class _LineFormat(Format):
+    unit = "bytes"
+
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
+        if shard.size == 0:
+            return []
+        if self.compression:
+            return [(0, shard.size)]
+        return split_range(0, shard.size, chunk_bytes)
+
+    def read(self, shard, start, stop, columns, **storage) -> Records:
+        with open_binary(shard.url, self.compression, **storage) as f:
+            if self.compression:
+                first, data = 0, f.read()
+            else:
+                first, data = _owned_lines(f, start, stop)
+        records = []
+        for number, line in enumerate(data.split(b"\n")):
+            if line.strip():
+                try:
+                    records.append(self.parse(line, columns))
+                except (ValueError, UnicodeDecodeError) as e:
+                    lineno = _line_number(shard, first, storage) + number
+                    raise DataError(f"{shard.url}, line {lineno}: {e}") from None
+        return records
+
+    def parse(self, line: bytes, columns: tuple[str, ...] | None) -> dict:
+        raise NotImplementedError
+
+
+class JsonLinesFormat(_LineFormat):
+    """One JSON object per line (``.jsonl``, ``.json``, ``.ndjson``, optionally ``.gz``/``.zst``)."""
+
+    name = "jsonl"
+
+    def parse(self, line: bytes, columns: tuple[str, ...] | None) -> dict:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"malformed JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(record, dict):
+            hint = " (is this a JSON array file? write one object per line)" if line[:1] == b"[" else ""
+            raise ValueError(f"expected a JSON object, got {type(record).__name__}{hint}")
+        if columns is not None:
+            return {c: record.get(c) for c in columns}
+        return record
+
+
+class TextFormat(_LineFormat):
+    """Plain text: every non-blank line is a record ``{"text": line}``."""
+
+    name = "text"
+
+    def parse(self, line: bytes, columns: tuple[str, ...] | None) -> dict:
+        return {"text": line.rstrip(b"\r").decode("utf-8")}
+
+
+def _owned_lines(f, start: int, stop: int) -> tuple[int, bytes]:
+    """(first owned byte, bytes of the lines that start in ``[start, stop)``)."""
+    pos = start
+    if start > 0:
+        f.seek(start - 1)
+        if f.read(1) != b"\n":
+            pos = start + len(f.readline())  # the line under `start` belongs to the chunk before
+    if pos >= stop:
+        return pos, b""
+    f.seek(pos)
+    data = f.read(stop - pos)
+    if data and not data.endswith(b"\n"):
+        data += f.readline()  # complete the last line, which starts before `stop`
+    return pos, data
+
+
+def _line_number(shard: Shard, offset: int, storage: dict) -> int:
+    """1-based number of the line starting at byte ``offset`` (only on the error path)."""
+    count = 0
+    with open_binary(shard.url, None, **storage) as f:
+        remaining = offset
+        while remaining > 0:
+            block = f.read(min(_BLOCK, remaining))
+            if not block:
+                break
+            count += block.count(b"\n")
+            remaining -= len(block)
+    return count + 1

@@ -1,0 +1,83 @@
+"""Parquet: chunks are row ranges inside one row group, planned from the footer alone."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from zephon.io.chunks import Shard, split_range
+from zephon.io.formats.base import Format, Records, open_binary
+
+
+class _LRU:
+    """A tiny thread-safe LRU map; one per process, for footers and decoded row groups."""
+
+    def __init__(self, capacity: int):
+        self.capacity, self.items, self.lock = capacity, OrderedDict(), threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        return None
+
+    def put(self, key, value):
+        with self.lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            while len(self.items) > self.capacity:
+                self.items.popitem(last=False)
+
+
+_FOOTERS = _LRU(256)
+_ROW_GROUPS = _LRU(4)
+
+
+def row_group_bounds(metadata: pq.FileMetaData) -> list[tuple[int, int]]:
+    bounds, start = [], 0
+    for i in range(metadata.num_row_groups):
+        n = metadata.row_group(i).num_rows
+        bounds.append((start, start + n))
+        start += n
+    return bounds
+
+
+class ParquetFormat(Format):
+    name = "parquet"
+    unit = "rows"
+
+    def footer(self, shard: Shard, **storage) -> pq.FileMetaData:
+        key = (shard.url, shard.size)
+        metadata = _FOOTERS.get(key)
+        if metadata is None:
+            with open_binary(shard.url, **storage) as f:
+                metadata = pq.ParquetFile(f).metadata
+            _FOOTERS.put(key, metadata)
+        return metadata
+
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
+        ranges = []
+        for start, stop in row_group_bounds(self.footer(shard, **storage)):
+            ranges += split_range(start, stop, chunk_size)
+        return ranges
+
+    def read(self, shard, start, stop, columns, **storage) -> Records:
+        bounds = row_group_bounds(self.footer(shard, **storage))
+        group = next(i for i, (a, b) in enumerate(bounds) if a <= start < b)
+        table = self._row_group(shard, group, columns, storage)
+        return table.slice(start - bounds[group][0], stop - start).to_pylist()
+
+    def _row_group(self, shard, group, columns, storage) -> pa.Table:
+        # consecutive chunks of one row group usually land on the same worker: decode it once
+        key = (shard.url, shard.size, group, columns, threading.get_ident())
+        table = _ROW_GROUPS.get(key)
+        if table is None:
+            with open_binary(shard.url, **storage) as f:
+                pf = pq.ParquetFile(f, metadata=self.footer(shard, **storage))
+                table = pf.read_row_group(group, columns=list(columns) if columns else None)
+            _ROW_GROUPS.put(key, table)
+        return table

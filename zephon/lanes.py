@@ -1,0 +1,145 @@
+"""Lanes: one lane's stream of batches, made of flush windows, driven through the stages.
+
+A lane's work source gives chunks; every ``flush_every`` chunks a :class:`Flush` marks the end of
+a window. Each stage holds one accumulator per window, hands its work units to an executor, and
+yields the results in submission order, so the output is the same whatever runs the work.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from zephon.batch import Batch
+from zephon.io import Chunk
+from zephon.ops import Operator
+from zephon.ops.containers import sum_counters
+from zephon.runners import Runner
+from zephon.state import LaneState
+from zephon.work import Cursor, LanePlan
+
+
+@dataclass(slots=True)
+class Flush:
+    """End of a window. ``window`` and ``cursor`` describe the window that starts after it."""
+
+    window: int
+    cursor: Cursor | None
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+class Chain:
+    """Consecutive stateless operators fused into one work function: one task per chunk."""
+
+    def __init__(self, ops: list[Operator], dataset_names: list[str]):
+        self.ops, self.names = ops, dataset_names
+
+    def __call__(self, chunk: Chunk) -> Any:
+        try:
+            unit = chunk
+            for op in self.ops:
+                unit = op.work(unit)
+            return unit
+        except ValueError as e:
+            where = f"dataset {self.names[chunk.dataset]!r} (shard {chunk.shard}, [{chunk.start}, {chunk.stop}))"
+            raise type(e)(f"{where}: {e}") from e
+
+
+class Stage:
+    """An operator (or a fused chain of stateless ones) with the executor that runs its work."""
+
+    def __init__(self, ops: list[Operator], runner: Runner, dataset_names: list[str]):
+        self.ops = ops
+        self.stateless = ops[0].stateless
+        self.work = Chain(ops, dataset_names) if self.stateless else ops[0].work
+        parallelism = max(op.parallelism for op in ops)
+        self.executor = runner.executor(self.work, parallelism)
+        self.lookahead = max(1, 2 * parallelism)
+
+    def run(self, lane: int, window: int, upstream: Iterator) -> Iterator:
+        op = self.ops[0]
+        acc = op.accumulator(lane, window)
+        inflight: deque = deque()  # (future or None, payload, counters to attach)
+        pending: dict[str, int] = {}
+
+        def submit(units):
+            nonlocal pending
+            for unit in units:
+                inflight.append((self.executor.submit(unit), None, pending))
+                pending = {}
+
+        for message in upstream:
+            if isinstance(message, Flush):
+                pending = sum_counters([pending, message.counters])
+                submit(acc.flush())
+                acc = op.accumulator(lane, message.window)
+                inflight.append((None, Flush(message.window, message.cursor, pending), {}))
+                pending = {}
+            else:
+                counters = getattr(message, "counters", None)
+                if counters and not self.stateless:
+                    pending = sum_counters([pending, counters])
+                    message.counters = {}
+                submit(acc.push(message))
+            while inflight and (len(inflight) > self.lookahead or _ready(inflight[0])):
+                yield _result(inflight.popleft())
+        while inflight:
+            yield _result(inflight.popleft())
+
+
+def _ready(entry) -> bool:
+    return entry[0] is None or entry[0].done()
+
+
+def _result(entry):
+    future, payload, counters = entry
+    if future is None:
+        return payload
+    result = future.result()
+    if counters:
+        result.counters = sum_counters([result.counters, counters])
+    return result
+
+
+def window_messages(plan: LanePlan, lane: int, start: LaneState, flush_every: int) -> Iterator:
+    """The lane's chunks from the start of ``start.window``, with a Flush after each window."""
+    window, count = start.window, 0
+    for chunk, cursor in plan.chunks(lane, start.cursor):
+        yield chunk
+        count += 1
+        if count % flush_every == 0:
+            window += 1
+            yield Flush(window, cursor)
+    if count % flush_every:
+        yield Flush(window + 1, None)
+
+
+def lane_batches(
+    plan: LanePlan, stages: list[Stage], lane: int, start: LaneState, flush_every: int
+) -> Iterator[tuple[Batch, int, int, Cursor]]:
+    """The lane's batches from ``start`` on, each with ``(window, delivered, window cursor)``:
+    where the lane stands once that batch is delivered.
+
+    The first ``start.delivered`` batches of the window are replayed and dropped.
+    """
+    stream: Iterator = window_messages(plan, lane, start, flush_every)
+    for stage in stages:
+        stream = stage.run(lane, start.window, stream)
+    window, cursor, position = start.window, start.cursor, 0
+    first_index, carried = start.index - start.delivered, {}
+    for item in stream:
+        if isinstance(item, Flush):
+            first_index += position
+            window, cursor, position = item.window, item.cursor, 0
+            carried = sum_counters([carried, item.counters])
+            continue
+        index = first_index + position
+        position += 1
+        if window == start.window and position <= start.delivered:
+            continue  # delivered before the checkpoint
+        batch = Batch(lane, index, item.tokens, item.positions, item.sources)
+        batch.counters = sum_counters([carried, item.counters])
+        carried = {}
+        yield batch, window, position, cursor

@@ -1,0 +1,97 @@
+"""Record operators: read a chunk, map and filter records. All stateless."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+from zephon.io import Chunk, Dataset
+from zephon.ops.base import Operator
+from zephon.ops.containers import RecordBlock
+
+
+class Read(Operator):
+    """Reads a chunk into records. The first operator of every pipeline, added by the pipeline."""
+
+    kind = "read"
+    takes = ("chunks",)
+    gives = "records"
+    stateless = True
+    default_parallelism = 1
+
+    def __init__(self, datasets: list[Dataset], parallelism: int | None = None):
+        super().__init__(parallelism)
+        self.datasets = datasets
+
+    def work(self, chunk: Chunk) -> RecordBlock:
+        return RecordBlock(chunk.dataset, self.datasets[chunk.dataset].read(chunk))
+
+    def params(self) -> dict:
+        return {}
+
+
+def function_fingerprint(fn: Callable) -> str:
+    """Name plus a digest of the code, so that an edited map or filter changes the recipe."""
+    name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        try:
+            payload = pickle.dumps(fn)
+        except Exception:
+            payload = name.encode()
+    else:
+        payload = _code_bytes(code)
+    return f"{name}:{hashlib.sha256(payload).hexdigest()[:12]}"
+
+
+def _code_bytes(code) -> bytes:
+    consts = [_code_bytes(c) if hasattr(c, "co_code") else repr(c).encode() for c in code.co_consts]
+    return b"|".join([code.co_code, repr(code.co_names).encode(), *consts])
+
+
+class _RecordFunction(Operator):
+    takes = ("records",)
+    gives = "records"
+    stateless = True
+    default_parallelism = 1
+
+    def __init__(self, fn: Callable[[dict], Any], parallelism: int | None = None):
+        if not callable(fn):
+            raise ValueError(f"{self.kind} needs a callable, got {fn!r}")
+        super().__init__(parallelism)
+        self.fn = fn
+
+    def params(self) -> dict:
+        return {"fn": function_fingerprint(self.fn)}
+
+
+class Map(_RecordFunction):
+    """``fn(record) -> record``, on every record."""
+
+    kind = "map"
+
+    def work(self, block: RecordBlock) -> RecordBlock:
+        out = []
+        for r in block.records:
+            new = self.fn(r)
+            if not isinstance(new, dict):
+                raise ValueError(
+                    f"map function {function_fingerprint(self.fn).split(':')[0]} returned "
+                    f"{type(new).__name__}, expected a dict record (use .filter to drop records)"
+                )
+            out.append(new)
+        return RecordBlock(block.dataset, out, block.counters)
+
+
+class Filter(_RecordFunction):
+    """Keeps the records for which ``fn(record)`` is true; counts the others."""
+
+    kind = "filter"
+
+    def work(self, block: RecordBlock) -> RecordBlock:
+        kept = [r for r in block.records if self.fn(r)]
+        counters = dict(block.counters)
+        counters["filtered_records"] = counters.get("filtered_records", 0) + len(block) - len(kept)
+        return RecordBlock(block.dataset, kept, counters)

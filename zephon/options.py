@@ -1,0 +1,61 @@
+"""Pipeline options: what shapes the data, and what only changes speed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from zephon.runners import RUNNERS
+
+# Options that shape the data: part of the recipe fingerprint. The rest are performance knobs
+# and may change freely between save and restore.
+SHAPING = ("num_lanes", "chunk_size", "chunk_bytes", "flush_every")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    """``num_lanes``: logical streams; rank ``r`` of ``dp_world_size`` owns a contiguous
+    ``num_lanes / dp_world_size`` of them. ``chunk_size``: records per chunk (Parquet, Arrow);
+    ``chunk_bytes``: bytes per chunk (JSON lines, text). ``flush_every``: chunks per window.
+    ``prefetch``: batches each lane prepares ahead of the consumer. ``read_parallelism``:
+    workers for reading when no later record operator asks for more."""
+
+    num_lanes: int = 1
+    dp_rank: int = 0
+    dp_world_size: int = 1
+    runner: str = "thread"
+    chunk_size: int = 1024
+    chunk_bytes: int = 1 << 20
+    flush_every: int = 16
+    prefetch: int = 4
+    read_parallelism: int = 1
+    io_options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"option {f.name} must be an int, got {value!r}")
+        for name in ("num_lanes", "dp_world_size", "chunk_size", "chunk_bytes", "flush_every", "prefetch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"option {name} must be >= 1, got {getattr(self, name)}")
+        if self.read_parallelism < 0:
+            raise ValueError(f"option read_parallelism must be >= 0, got {self.read_parallelism}")
+        if self.runner not in RUNNERS:
+            raise ValueError(f"option runner={self.runner!r}: expected one of {sorted(RUNNERS)}")
+        if self.num_lanes % self.dp_world_size:
+            raise ValueError(
+                f"num_lanes={self.num_lanes} is not divisible by dp_world_size="
+                f"{self.dp_world_size}: every rank must own the same number of lanes; use a "
+                f"num_lanes that is a multiple of {self.dp_world_size}, or another dp_world_size"
+            )
+        if not 0 <= self.dp_rank < self.dp_world_size:
+            raise ValueError(f"dp_rank={self.dp_rank} is outside [0, dp_world_size={self.dp_world_size})")
+        if not isinstance(self.io_options, dict):
+            raise ValueError(f"io_options must be a dict, got {self.io_options!r}")
+
+    def owned_lanes(self) -> list[int]:
+        per_rank = self.num_lanes // self.dp_world_size
+        return list(range(self.dp_rank * per_rank, (self.dp_rank + 1) * per_rank))
+
+    def shaping(self) -> dict:
+        return {name: getattr(self, name) for name in SHAPING}

@@ -1,0 +1,270 @@
+"""The fluent pipeline builder, its runs, and its checkpoint state.
+
+A :class:`Pipeline` is an immutable recipe: a work source, options and operators. Iterating it
+starts a run from the pipeline's current state (the start, or what ``load_state_dict`` gave it,
+or where the last run stopped), yielding this rank's batches round-robin over its lanes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+from zephon.batch import Batch
+from zephon.io import Dataset
+from zephon.lanes import Stage, lane_batches
+from zephon.ops import BatchRows, Filter, Map, Operator, PackFlat, Read, Shuffle, Tokenize
+from zephon.ops.containers import sum_counters
+from zephon.options import Options
+from zephon.runners import Prefetcher, get_runner
+from zephon.state import VERSION, LaneState, check_version, diff
+from zephon.work import DatasetWorkSource, LanePlan, PlanContext, StaticMixtureWorkSource
+
+PLAN_VERSION = 1  # bump when the planning or packing algorithms change what a recipe yields
+
+
+class Pipeline:
+    """``Pipeline(source).options(...).tokenize(...).pack_flat(...).batch(...)``."""
+
+    def __init__(self, source: StaticMixtureWorkSource | Dataset):
+        if isinstance(source, Dataset):
+            source = DatasetWorkSource(source)
+        if not isinstance(source, StaticMixtureWorkSource):
+            raise ValueError(f"Pipeline needs a work source or a Dataset, got {source!r}")
+        self.source = source
+        self._options = Options()
+        self._ops: tuple[Operator, ...] = ()
+        self._plan: LanePlan | None = None
+        self._rates: dict[str, float] | None = None
+        self._lanes: dict[int, LaneState] | None = None
+        self._run: _Run | None = None
+
+    # -- building ---------------------------------------------------------------------------
+
+    def _with(self, **changes) -> Pipeline:
+        new = Pipeline.__new__(Pipeline)
+        new.__dict__.update(self.__dict__)
+        new._plan, new._rates, new._lanes, new._run = None, None, None, None
+        new.__dict__.update(changes)
+        return new
+
+    def options(self, **options) -> Pipeline:
+        unknown = sorted(set(options) - {f.name for f in dataclasses.fields(Options)})
+        if unknown:
+            valid = sorted(f.name for f in dataclasses.fields(Options))
+            raise ValueError(f"unknown option(s) {unknown}; valid options: {valid}")
+        return self._with(_options=dataclasses.replace(self._options, **options))
+
+    def _then(self, op: Operator) -> Pipeline:
+        given = self._output()
+        if given == "batch":
+            raise ValueError(f"{op.kind} comes after batch; batch must be the last operator")
+        if given not in op.takes:
+            raise ValueError(f"{op.kind} takes {'/'.join(op.takes)}, but the pipeline gives {given} here")
+        return self._with(_ops=(*self._ops, op))
+
+    def _output(self) -> str:
+        kind = "records"
+        for op in self._ops:
+            kind = op.output(kind)
+        return kind
+
+    def map(self, fn: Callable[[dict], dict], parallelism: int | None = None) -> Pipeline:
+        return self._then(Map(fn, parallelism))
+
+    def filter(self, fn: Callable[[dict], bool], parallelism: int | None = None) -> Pipeline:
+        return self._then(Filter(fn, parallelism))
+
+    def tokenize(self, tokenizer_id: str, field: str = "text", parallelism: int | None = None,
+                 add_bos: bool | None = None, add_eos: bool = True) -> Pipeline:  # fmt: skip
+        return self._then(Tokenize(tokenizer_id, field, add_bos, add_eos, parallelism))
+
+    def pack_flat(self, max_length: int, algorithm: str = "wrap", parallelism: int | None = None) -> Pipeline:
+        return self._then(PackFlat(max_length, algorithm, self._pad_id(), parallelism))
+
+    def shuffle(self, buffer_size: int, seed: int = 0, parallelism: int | None = None) -> Pipeline:
+        return self._then(Shuffle(buffer_size, seed, parallelism))
+
+    def batch(self, microbatch_size: int, parallelism: int | None = None) -> Pipeline:
+        return self._then(BatchRows(microbatch_size, self._pad_id(), parallelism))
+
+    def _pad_id(self) -> int:
+        tok = next((op for op in self._ops if isinstance(op, Tokenize)), None)
+        eos = tok.tokenizer().eos_id if tok else None
+        return 0 if eos is None else eos
+
+    # -- introspection ----------------------------------------------------------------------
+
+    @property
+    def opts(self) -> Options:
+        return self._options
+
+    @property
+    def operators(self) -> tuple[Operator, ...]:
+        return self._ops
+
+    @property
+    def owned_lanes(self) -> list[int]:
+        return self._options.owned_lanes()
+
+    def fingerprint(self) -> dict:
+        """Everything that shapes the data, readable, so that a mismatch can be named."""
+        return {
+            "plan_version": PLAN_VERSION,
+            "source": self.source.fingerprint(),
+            "options": self._options.shaping(),
+            "operators": [{"kind": op.kind, **op.params()} for op in self._ops],
+        }
+
+    # -- running ----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self._output() != "batch":
+            raise ValueError("end the pipeline with .batch(microbatch_size=...) to iterate it")
+        self.close()
+        self._run = _Run(self)
+        return iter(self._run)
+
+    def close(self) -> None:
+        """Stops the current run's background work; the state stays where delivery stopped."""
+        if self._run is not None:
+            self._run.close()
+            self._run = None
+
+    def __del__(self):
+        self.close()
+
+    def _stages(self, runner) -> list[Stage]:
+        names = [d.name for d in self.source.datasets]
+        ops = [Read(self.source.datasets, self._options.read_parallelism), *self._ops]
+        groups: list[list[Operator]] = []
+        for op in ops:
+            if op.stateless and groups and groups[-1][-1].stateless:
+                groups[-1].append(op)
+            else:
+                groups.append([op])
+        return [Stage(group, runner, names) for group in groups]
+
+    def _ensure_plan(self, first: Stage) -> LanePlan:
+        if self._plan is None:
+            def measure(d, chunks):
+                futures = [first.executor.submit(c) for c in chunks]
+                for f in futures:
+                    docs = f.result()
+                    yield len(docs) + docs.counters.get("empty_documents", 0), len(docs.tokens)
+
+            ctx = PlanContext(
+                num_lanes=self._options.num_lanes,
+                chunk_size=self._options.chunk_size,
+                chunk_bytes=self._options.chunk_bytes,
+                measure=measure,
+                records_exact=not any(isinstance(op, Filter) for op in self._ops),
+                rates=self._rates,
+            )
+            self._plan = self.source.plan(ctx)
+            self._rates = dict(self._plan.rates)
+        return self._plan
+
+    def _lane_states(self) -> dict[int, LaneState]:
+        if self._lanes is None:
+            n = len(self.source.datasets)
+            self._lanes = {lane: LaneState.start(_start_cursor(n), n) for lane in self.owned_lanes}
+        return self._lanes
+
+    # -- state ------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """This rank's lanes: what has been delivered, as JSON-safe data (see zephon.state)."""
+        if self._rates is None:
+            self._ensure_plan(self._stages(get_runner("inline"))[0])
+        return {
+            "version": VERSION,
+            "fingerprint": self.fingerprint(),
+            "rates": dict(self._rates),
+            "lanes": {str(k): v.to_json() for k, v in sorted(self._lane_states().items())},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state``: any state holding at least this rank's lanes, saved under
+        the same recipe (runner, parallelism and dp_world_size may differ)."""
+        check_version(state)
+        changes = diff(state.get("fingerprint"), self.fingerprint())
+        if changes:
+            raise ValueError(
+                "the checkpoint was made with a different recipe; changed: " + "; ".join(changes)
+            )
+        missing = [lane for lane in self.owned_lanes if str(lane) not in state["lanes"]]
+        if missing:
+            raise ValueError(
+                f"the state lacks lanes {missing} that rank {self._options.dp_rank} of "
+                f"{self._options.dp_world_size} owns; merge all ranks' states with "
+                "zephon.merge_states before loading"
+            )
+        n = len(self.source.datasets)
+        lanes = {lane: LaneState.from_json(state["lanes"][str(lane)], n) for lane in self.owned_lanes}
+        self.close()
+        self._lanes, self._rates, self._plan = lanes, dict(state["rates"]), None
+
+    def stats(self) -> dict:
+        """What this rank has delivered: tokens per dataset, and counters (empty documents...)."""
+        lanes = self._lane_states().values()
+        names = [d.name for d in self.source.datasets]
+        tokens = [sum(s.tokens[i] for s in lanes) for i in range(len(names))]
+        return {
+            "tokens": dict(zip(names, tokens, strict=True)),
+            "counters": sum_counters(s.counters for s in lanes),
+            "batches": sum(s.index for s in lanes),
+        }
+
+
+def _start_cursor(num_datasets: int):
+    from zephon.work import Cursor
+
+    return Cursor([0] * num_datasets, [0.0] * num_datasets)
+
+
+class _Run:
+    """One run of a pipeline on this rank: stages, lane streams, round-robin delivery."""
+
+    def __init__(self, pipeline: Pipeline):
+        opts = pipeline.opts
+        self.pipeline, self.runner = pipeline, get_runner(opts.runner)
+        self.stages = pipeline._stages(self.runner)
+        self.plan = pipeline._ensure_plan(self.stages[0])
+        self.states = pipeline._lane_states()
+        self.streams: dict[int, Iterator] = {}
+        for lane in pipeline.owned_lanes:
+            start = dataclasses.replace(self.states[lane])
+
+            def make(lane=lane, start=start):
+                return lane_batches(self.plan, self.stages, lane, start, opts.flush_every)
+
+            if self.runner.background:
+                self.streams[lane] = Prefetcher(make, opts.prefetch, name=f"zephon-lane-{lane}")
+            else:
+                self.streams[lane] = make()
+
+    def __iter__(self) -> Iterator[Batch]:
+        active = list(self.streams)
+        while active:
+            for lane in list(active):
+                try:
+                    batch, window, delivered, cursor = next(self.streams[lane])
+                except StopIteration:
+                    active.remove(lane)
+                    continue
+                self._delivered(batch, window, delivered, cursor)
+                yield batch
+
+    def _delivered(self, batch: Batch, window: int, delivered: int, cursor) -> None:
+        state = self.states[batch.lane]
+        state.window, state.delivered, state.index, state.cursor = window, delivered, batch.index + 1, cursor
+        counts = batch.tokens_per_dataset(len(state.tokens))
+        state.tokens = [t + int(c) for t, c in zip(state.tokens, counts, strict=True)]
+        state.counters = sum_counters([state.counters, batch.counters])
+
+    def close(self) -> None:
+        for stream in self.streams.values():
+            getattr(stream, "close", lambda: None)()
+        for stage in self.stages:
+            stage.executor.shutdown()

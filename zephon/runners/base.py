@@ -1,0 +1,43 @@
+"""Runners: where stateless work runs. Results are futures; order is restored by the caller."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+
+class Executor(ABC):
+    """Runs one work function on units; ``submit`` returns a future of its result."""
+
+    @abstractmethod
+    def submit(self, unit: Any) -> Future: ...
+
+    def shutdown(self) -> None:  # noqa: B027 - nothing to release by default
+        pass
+
+
+class InlineExecutor(Executor):
+    """Runs the work at once, in the calling thread."""
+
+    def __init__(self, work: Callable[[Any], Any]):
+        self.work = work
+
+    def submit(self, unit: Any) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(self.work(unit))
+        except BaseException as e:  # delivered in order, like a worker's error
+            future.set_exception(e)
+        return future
+
+
+class Runner(ABC):
+    """Makes executors for work functions; ``parallelism`` 0 means the caller's own thread."""
+
+    name: str
+    background: bool  # whether lanes are driven ahead of the consumer in background threads
+
+    @abstractmethod
+    def executor(self, work: Callable[[Any], Any], parallelism: int) -> Executor: ...

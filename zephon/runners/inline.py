@@ -1,0 +1,13 @@
+"""The inline runner: everything in the consumer's thread, nothing ahead. For debugging."""
+
+from __future__ import annotations
+
+from zephon.runners.base import Executor, InlineExecutor, Runner
+
+
+class InlineRunner(Runner):
+    name = "inline"
+    background = False
+
+    def executor(self, work, parallelism: int) -> Executor:
+        return InlineExecutor(work)

