@@ -245,16 +245,18 @@ class _Run:
                 self.streams[lane] = make()
 
     def __iter__(self) -> Iterator[Batch]:
-        active = list(self.streams)
+        # Round-robin over the lanes, in the form that survives a restore mid-round: next is
+        # the lane with the lowest (next index, lane number).
+        active = set(self.streams)
         while active:
-            for lane in list(active):
-                try:
-                    batch, window, delivered, cursor = next(self.streams[lane])
-                except StopIteration:
-                    active.remove(lane)
-                    continue
-                self._delivered(batch, window, delivered, cursor)
-                yield batch
+            lane = min(active, key=lambda lane: (self.states[lane].index, lane))
+            try:
+                batch, window, delivered, cursor = next(self.streams[lane])
+            except StopIteration:
+                active.remove(lane)
+                continue
+            self._delivered(batch, window, delivered, cursor)
+            yield batch
 
     def _delivered(self, batch: Batch, window: int, delivered: int, cursor) -> None:
         state = self.states[batch.lane]

@@ -1,0 +1,110 @@
+"""Checkpoint state: small, constant in size, merged by lanes, refused when the recipe changed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zephon import merge_states
+from zephon.testing import drain, run_job, take
+
+
+def test_lane_state_stays_under_1_kib_and_does_not_grow_with_steps(make_rank):
+    pipeline = make_rank(1, 0, runner="inline")
+    sizes = {}
+    iterator = iter(pipeline)
+    for step in range(1, 2001):
+        next(iterator)
+        if step in (8, 80, 2000):
+            lanes = pipeline.state_dict()["lanes"]
+            sizes[step] = max(len(json.dumps(v)) for v in lanes.values())
+    pipeline.close()
+    print(f"\nlargest lane state (bytes of JSON) at steps 8, 80, 2000: {sizes}")
+    assert max(sizes.values()) < 1024
+    assert sizes[2000] - sizes[8] <= 16, "a lane's state must not grow with the step count"
+
+
+def test_state_is_json_and_names_the_rank_lanes(make_rank):
+    pipeline = make_rank(4, 1)
+    take(pipeline, 5)
+    state = json.loads(json.dumps(pipeline.state_dict()))
+    pipeline.close()
+    assert sorted(state) == ["fingerprint", "lanes", "rates", "version"]
+    assert sorted(state["lanes"], key=int) == ["2", "3"]
+
+
+def test_merge_refuses_a_lane_present_twice(make_rank):
+    a, b = make_rank(2, 0), make_rank(2, 0)
+    with pytest.raises(ValueError, match="lane 0 is in more than one state"):
+        merge_states([a.state_dict(), b.state_dict()])
+
+
+def test_merge_refuses_states_of_different_recipes(make_rank):
+    a, b = make_rank(2, 0), make_rank(2, 1, seed=99)
+    with pytest.raises(ValueError, match="disagree on 'fingerprint'"):
+        merge_states([a.state_dict(), b.state_dict()])
+
+
+def test_load_refuses_a_state_that_lacks_this_ranks_lanes(make_rank):
+    partial = make_rank(2, 0).state_dict()
+    with pytest.raises(ValueError, match=r"lacks lanes \[4, 5, 6, 7\].*merge_states"):
+        make_rank(2, 1).load_state_dict(partial)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (dict(seed=6), "operators[2].seed: 6 -> 5"),
+        (dict(flush_every=3), "options.flush_every: 3 -> 2"),
+        (dict(num_lanes=4), "options.num_lanes: 4 -> 8"),
+    ],
+)
+def test_restore_under_a_changed_recipe_names_what_changed(make_rank, change, named):
+    _, state = run_job(lambda d, r: make_rank(d, r, **change), 1, 1, 1)
+    with pytest.raises(ValueError, match="different recipe.*" + named.replace("[", r"\[").replace("]", r"\]")):
+        make_rank(1, 0).load_state_dict(state)
+
+
+def test_restore_under_another_tokenizer_names_the_tokenizer(make_rank, corpus, tmp_path):
+    from zephon import Dataset, Pipeline
+    from zephon.testing import gpt2_tokenizer_dir
+
+    other = gpt2_tokenizer_dir(str(tmp_path / "tok"))
+    with open(other + "/tokenizer.json") as f:
+        data = json.load(f)
+    data["model"]["vocab"]["zzzz_extra"] = len(data["model"]["vocab"]) + 1
+    with open(other + "/tokenizer.json", "w") as f:
+        json.dump(data, f)
+    ds = Dataset.from_path("synthetic", corpus, exhausted="repeat")
+    changed = (
+        Pipeline(ds).options(num_lanes=8, chunk_bytes=2048, flush_every=2).tokenize(other)
+        .pack_flat(max_length=64).shuffle(buffer_size=8, seed=5).batch(microbatch_size=2)
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"operators\[0\].tokenizer"):
+        changed.load_state_dict(make_rank(1, 0).state_dict())
+
+
+def test_performance_settings_may_change_between_save_and_restore(make_rank):
+    pipeline = make_rank(2, 0, runner="inline", parallelism=1, prefetch=1)
+    take(pipeline, 7)
+    state = pipeline.state_dict()
+    pipeline.close()
+    other = make_rank(4, 0, runner="thread", parallelism=4, prefetch=8)
+    other.load_state_dict(state)
+    assert other.state_dict()["lanes"] == {k: state["lanes"][k] for k in ("0", "1")}
+
+
+def test_iterating_again_continues_where_delivery_stopped(make_rank):
+    reference = drain(make_rank(1, 0), 30)
+    pipeline = make_rank(1, 0)
+    first = take(pipeline, 11)  # the run reads ahead; only the 11 delivered batches count
+    rest = drain(pipeline, 19)
+    assert [b.digest() for b in first + rest] == [b.digest() for b in reference]
+
+
+def test_unsupported_state_version_is_refused(make_rank):
+    state = make_rank(1, 0).state_dict()
+    state["version"] = 99
+    with pytest.raises(ValueError, match="version 99 is not supported"):
+        make_rank(1, 0).load_state_dict(state)
