@@ -35,7 +35,14 @@ def make_rank(corpus, gpt2):
     """make(D, r, **options) -> rank r of D's pipeline over the corpus: 8 lanes, windows of
     about 8 batches, so that a few global steps cross several windows."""
 
-    def make(world: int, rank: int, runner: str = "thread", parallelism: int = 2, seed: int = 5, **overrides):
+    def make(
+        world: int,
+        rank: int,
+        runner: str = "thread",
+        parallelism: int = 2,
+        seed: int = 5,
+        **overrides,
+    ):
         options = dict(num_lanes=8, chunk_bytes=2048, flush_every=2, runner=runner)
         options.update(overrides)
         ds = Dataset.from_path("synthetic", corpus, exhausted="repeat")

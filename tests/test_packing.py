@@ -134,7 +134,10 @@ def test_best_fit_splits_a_document_longer_than_a_row(tmp_path, gpt2):
     pipeline = Pipeline(ds).tokenize(gpt2).pack_flat(max_length=99, algorithm="best_fit").batch(1)
     rows = [b for b in drain(pipeline, 100)]
     tokens = [int(x) for b in rows for x in b.tokens[0][b.sources[0] >= 0]]
-    assert sorted(tokens) == sorted(load_tokenizer(gpt2).encode_batch([long, "stone"])[0]
-                                    + load_tokenizer(gpt2).encode_batch(["stone"])[0] + [EOS, EOS])
+    assert sorted(tokens) == sorted(
+        load_tokenizer(gpt2).encode_batch([long, "stone"])[0]
+        + load_tokenizer(gpt2).encode_batch(["stone"])[0]
+        + [EOS, EOS]
+    )
     assert all(b.positions[0, 0] == 0 for b in rows)
     assert max(int(b.positions.max()) for b in rows) <= 99

@@ -62,7 +62,9 @@ def test_load_refuses_a_state_that_lacks_this_ranks_lanes(make_rank):
 )
 def test_restore_under_a_changed_recipe_names_what_changed(make_rank, change, named):
     _, state = run_job(lambda d, r: make_rank(d, r, **change), 1, 1, 1)
-    with pytest.raises(ValueError, match="different recipe.*" + named.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(
+        ValueError, match="different recipe.*" + named.replace("[", r"\[").replace("]", r"\]")
+    ):
         make_rank(1, 0).load_state_dict(state)
 
 

@@ -43,7 +43,8 @@ class Chain:
                 unit = op.work(unit)
             return unit
         except ValueError as e:
-            where = f"dataset {self.names[chunk.dataset]!r} (shard {chunk.shard}, [{chunk.start}, {chunk.stop}))"
+            name = self.names[chunk.dataset]
+            where = f"dataset {name!r} (shard {chunk.shard}, [{chunk.start}, {chunk.stop}))"
             raise type(e)(f"{where}: {e}") from e
 
 

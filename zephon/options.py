@@ -35,7 +35,14 @@ class Options:
             value = getattr(self, f.name)
             if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ValueError(f"option {f.name} must be an int, got {value!r}")
-        for name in ("num_lanes", "dp_world_size", "chunk_size", "chunk_bytes", "flush_every", "prefetch"):
+        for name in (
+            "num_lanes",
+            "dp_world_size",
+            "chunk_size",
+            "chunk_bytes",
+            "flush_every",
+            "prefetch",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"option {name} must be >= 1, got {getattr(self, name)}")
         if self.read_parallelism < 0:
@@ -49,7 +56,9 @@ class Options:
                 f"num_lanes that is a multiple of {self.dp_world_size}, or another dp_world_size"
             )
         if not 0 <= self.dp_rank < self.dp_world_size:
-            raise ValueError(f"dp_rank={self.dp_rank} is outside [0, dp_world_size={self.dp_world_size})")
+            raise ValueError(
+                f"dp_rank={self.dp_rank} is outside [0, dp_world_size={self.dp_world_size})"
+            )
         if not isinstance(self.io_options, dict):
             raise ValueError(f"io_options must be a dict, got {self.io_options!r}")
 

@@ -54,7 +54,9 @@ class Dataset:
                 f"dataset name {name!r} is not valid: use letters, digits, '_', '-' and '.'"
             )
         if exhausted not in EXHAUSTED:
-            raise ValueError(f"dataset {name!r}: exhausted={exhausted!r}, expected one of {EXHAUSTED}")
+            raise ValueError(
+                f"dataset {name!r}: exhausted={exhausted!r}, expected one of {EXHAUSTED}"
+            )
         if format is not None:
             format_for(format, None)  # validates the name
         cols = tuple(columns) if columns is not None else None
@@ -78,7 +80,10 @@ class Dataset:
         if key not in self._cache:
             fmt, ranges = self.file_format(), []
             for i, shard in enumerate(self.shards()):
-                ranges += [(i, a, b) for a, b in fmt.plan(shard, chunk_size, chunk_bytes, **self.storage_options)]
+                ranges += [
+                    (i, a, b)
+                    for a, b in fmt.plan(shard, chunk_size, chunk_bytes, **self.storage_options)
+                ]
             if not ranges:
                 raise ValueError(f"dataset {self.name!r} has no records: {self.path}")
             self._cache[key] = ChunkTable.from_ranges(ranges)
@@ -86,13 +91,15 @@ class Dataset:
 
     def read(self, chunk: Chunk) -> Records:
         shard = self.shards()[chunk.shard]
-        return self.file_format().read(shard, chunk.start, chunk.stop, self.columns, **self.storage_options)
+        return self.file_format().read(
+            shard, chunk.start, chunk.stop, self.columns, **self.storage_options
+        )
 
     def fingerprint(self) -> str:
         """A digest of what shapes this dataset's data: its files, their sizes, its settings."""
         shards = self.shards()
         root = _common_root([s.url for s in shards])
-        content = [(s.url[len(root):], s.size) for s in shards]
+        content = [(s.url[len(root) :], s.size) for s in shards]
         # the path itself is left out: the same files mounted elsewhere are the same data
         settings = [self.name, repr(self.file_format()), self.exhausted, self.columns]
         return hashlib.sha256(json.dumps([settings, content]).encode()).hexdigest()[:16]
@@ -135,7 +142,9 @@ def _infer_format(name: str, shards: list[Shard], explicit: str | None) -> Forma
     if explicit is not None:
         compressions = {c for _, c in kinds}
         if len(compressions) > 1:
-            raise ValueError(f"dataset {name!r} mixes compressions {sorted(map(str, compressions))}")
+            raise ValueError(
+                f"dataset {name!r} mixes compressions {sorted(map(str, compressions))}"
+            )
         return format_for(explicit, compressions.pop())
     if (None, None) in kinds:
         unknown = next(s.url for s in shards if split_suffix(s.url) == (None, None))

@@ -43,7 +43,9 @@ class Docs:
     def positions(self) -> np.ndarray:
         """Position of every token inside its document."""
         lengths = self.lengths()
-        return (np.arange(len(self.tokens)) - np.repeat(self.offsets[:-1], lengths)).astype(np.int32)
+        return (np.arange(len(self.tokens)) - np.repeat(self.offsets[:-1], lengths)).astype(
+            np.int32
+        )
 
     def token_sources(self) -> np.ndarray:
         return np.repeat(self.sources, self.lengths())
@@ -75,7 +77,7 @@ class Docs:
 
 @dataclass(slots=True)
 class Rows:
-    """Packed rows of ``row_len`` tokens; ``sources`` is the dataset of each token, -1 on padding."""
+    """Packed rows of ``row_len`` tokens; ``sources``: each token's dataset, -1 on padding."""
 
     tokens: np.ndarray  # int32 [n, row_len]
     positions: np.ndarray  # int32 [n, row_len]

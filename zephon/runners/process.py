@@ -44,7 +44,10 @@ def _context():
 class ProcessExecutor(Executor):
     def __init__(self, work, parallelism: int):
         self.pool = ProcessPoolExecutor(
-            parallelism, mp_context=_context(), initializer=_install, initargs=(check_picklable(work),)
+            parallelism,
+            mp_context=_context(),
+            initializer=_install,
+            initargs=(check_picklable(work),),
         )
 
     def submit(self, unit) -> Future:

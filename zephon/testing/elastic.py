@@ -15,7 +15,7 @@ MakeRank = Callable[[int, int], Pipeline]
 
 
 def step_digests(batches: list[Batch], per_lane: int) -> dict[int, str]:
-    """Global step -> digest. Step ``s`` holds each lane's batches ``[s*per_lane, (s+1)*per_lane)``."""
+    """Global step -> digest; step ``s`` holds every lane's batches ``[s, s+1) * per_lane``."""
     steps: dict[int, list[Batch]] = defaultdict(list)
     for b in batches:
         steps[b.index // per_lane].append(b)
@@ -37,7 +37,9 @@ def run_job(
         want = steps * per_lane * len(pipeline.owned_lanes)
         got = drain(pipeline, want)
         if len(got) != want:
-            raise RuntimeError(f"rank {rank} delivered {len(got)} batches, {want} wanted: data ran out")
+            raise RuntimeError(
+                f"rank {rank} delivered {len(got)} batches, {want} wanted: data ran out"
+            )
         batches += got
         states.append(pipeline.state_dict())
     return step_digests(batches, per_lane), merge_states(states)

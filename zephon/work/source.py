@@ -131,7 +131,9 @@ class StaticMixtureWorkSource:
                 "check the dataset and its filters"
             )
         rate = units / size
-        log.info("zephon: %s has %.4f %s per %s", d.name, rate, self.unit, d.file_format().unit[:-1])
+        log.info(
+            "zephon: %s has %.4f %s per %s", d.name, rate, self.unit, d.file_format().unit[:-1]
+        )
         return rate
 
 
@@ -141,7 +143,11 @@ def _progress(name: str, done: int, total: int, start: float) -> None:
         eta = elapsed / done * (total - done)
         log.info(
             "zephon: estimating %s: %d/%d sample chunks, %.1f chunks/s, ETA %.0fs",
-            name, done, total, done / max(elapsed, 1e-9), eta,
+            name,
+            done,
+            total,
+            done / max(elapsed, 1e-9),
+            eta,
         )
 
 

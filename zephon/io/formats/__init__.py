@@ -28,7 +28,12 @@ _SUFFIXES: list[tuple[str, str]] = [
     (".text", "text"),
 ]
 _COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
-FORMATS = {"jsonl": JsonLinesFormat, "parquet": ParquetFormat, "arrow": ArrowFormat, "text": TextFormat}
+FORMATS = {
+    "jsonl": JsonLinesFormat,
+    "parquet": ParquetFormat,
+    "arrow": ArrowFormat,
+    "text": TextFormat,
+}
 
 
 def split_suffix(url: str) -> tuple[str | None, str | None]:

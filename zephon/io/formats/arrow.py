@@ -5,10 +5,21 @@ from __future__ import annotations
 import pyarrow as pa
 
 from zephon.io.chunks import Shard, split_range
-from zephon.io.formats.base import Format, Records, open_binary
+from zephon.io.formats.base import LRU, Format, Records, open_binary
+
+_OPENED = LRU(8)  # per process: record batches of recently read files (memory-mapped if local)
 
 
 def _batches(shard: Shard, storage: dict) -> list[pa.RecordBatch]:
+    key = (shard.url, shard.size)
+    batches = _OPENED.get(key)
+    if batches is None:
+        batches = _open_batches(shard, storage)
+        _OPENED.put(key, batches)
+    return batches
+
+
+def _open_batches(shard: Shard, storage: dict) -> list[pa.RecordBatch]:
     if "://" not in shard.url or shard.url.startswith("file://"):
         source = pa.memory_map(shard.url.removeprefix("file://"))  # zero-copy for local files
     else:
@@ -26,7 +37,9 @@ class ArrowFormat(Format):
     name = "arrow"
     unit = "rows"
 
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
+    def plan(
+        self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage
+    ) -> list[tuple[int, int]]:
         ranges, start = [], 0
         for batch in _batches(shard, storage):
             ranges += split_range(start, start + batch.num_rows, chunk_size)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from typing import Any
 
 import fsspec
@@ -29,7 +31,9 @@ class Format(ABC):
         self.compression = compression
 
     @abstractmethod
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
+    def plan(
+        self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage
+    ) -> list[tuple[int, int]]:
         """Chunk ranges of ``shard`` from its metadata, in this format's unit."""
 
     @abstractmethod
@@ -45,3 +49,24 @@ class Format(ABC):
 def open_binary(url: str, compression: str | None = None, **storage):
     """An fsspec file object for ``url``, decompressing on the fly when asked."""
     return fsspec.open(url, "rb", compression=compression, **storage).open()
+
+
+class LRU:
+    """A tiny thread-safe LRU map; one per process, for footers and decoded row groups."""
+
+    def __init__(self, capacity: int):
+        self.capacity, self.items, self.lock = capacity, OrderedDict(), threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        return None
+
+    def put(self, key, value):
+        with self.lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            while len(self.items) > self.capacity:
+                self.items.popitem(last=False)

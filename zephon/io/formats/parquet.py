@@ -3,38 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.io.chunks import Shard, split_range
-from zephon.io.formats.base import Format, Records, open_binary
+from zephon.io.formats.base import LRU, Format, Records, open_binary
 
-
-class _LRU:
-    """A tiny thread-safe LRU map; one per process, for footers and decoded row groups."""
-
-    def __init__(self, capacity: int):
-        self.capacity, self.items, self.lock = capacity, OrderedDict(), threading.Lock()
-
-    def get(self, key):
-        with self.lock:
-            if key in self.items:
-                self.items.move_to_end(key)
-                return self.items[key]
-        return None
-
-    def put(self, key, value):
-        with self.lock:
-            self.items[key] = value
-            self.items.move_to_end(key)
-            while len(self.items) > self.capacity:
-                self.items.popitem(last=False)
-
-
-_FOOTERS = _LRU(256)
-_ROW_GROUPS = _LRU(4)
+_FOOTERS = LRU(256)
+_ROW_GROUPS = LRU(4)
 
 
 def row_group_bounds(metadata: pq.FileMetaData) -> list[tuple[int, int]]:
@@ -59,7 +36,9 @@ class ParquetFormat(Format):
             _FOOTERS.put(key, metadata)
         return metadata
 
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
+    def plan(
+        self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage
+    ) -> list[tuple[int, int]]:
         ranges = []
         for start, stop in row_group_bounds(self.footer(shard, **storage)):
             ranges += split_range(start, stop, chunk_size)

@@ -1,0 +1,145 @@
+"""Datasets: every format planned from metadata into chunks that cover each record once."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from zephon import Dataset
+from zephon.io import DataError
+from zephon.testing import synthetic_documents, write_arrow, write_jsonl, write_parquet, write_text
+
+DOCS = synthetic_documents(437, seed=3)
+
+WRITERS = {
+    "data.jsonl": write_jsonl,
+    "data.jsonl.gz": write_jsonl,
+    "data.jsonl.zst": write_jsonl,
+    "data.json": write_jsonl,
+    "data.parquet": lambda p, r: write_parquet(p, r, row_group_size=60),
+    "data.arrow": lambda p, r: write_arrow(p, r, batch_size=50),
+    "stream.arrow": lambda p, r: write_arrow(p, r, batch_size=50, stream=True),
+    "data.txt": write_text,
+}
+
+
+def _read_all(ds: Dataset, chunk_size: int, chunk_bytes: int) -> list[dict]:
+    table = ds.chunks(chunk_size, chunk_bytes)
+    return [r for i in range(len(table)) for r in ds.read(table.chunk(0, i))]
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+@pytest.mark.parametrize(("chunk_size", "chunk_bytes"), [(7, 333), (1000, 1 << 20), (1, 97)])
+def test_chunks_cover_every_record_exactly_once_in_order(tmp_path, name, chunk_size, chunk_bytes):
+    path = WRITERS[name](str(tmp_path / name), DOCS)
+    records = _read_all(Dataset.from_path("d", path), chunk_size, chunk_bytes)
+    want = [{"text": d["text"]} for d in DOCS] if name.endswith(".txt") else DOCS
+    assert records == want
+
+
+def test_json_lines_are_chunked_by_byte_ranges_without_reading_the_data(tmp_path):
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"this is not JSON at all\n" * 1000)  # planning must not parse it
+    table = Dataset.from_path("d", str(path)).chunks(1024, 4096)
+    assert len(table) == -(-path.stat().st_size // 4096)
+    assert table.start[0] == 0 and table.stop[-1] == path.stat().st_size
+
+
+def test_parquet_chunks_stay_inside_row_groups(tmp_path):
+    path = write_parquet(str(tmp_path / "d.parquet"), DOCS, row_group_size=100)
+    table = Dataset.from_path("d", path).chunks(30, 1)
+    bounds = set(range(0, 437, 100))
+    for a, b in zip(table.start, table.stop, strict=True):
+        assert b - a <= 30 and not any(a < x < b for x in bounds)
+
+
+def test_folder_and_glob_list_shards_in_sorted_order(tmp_path):
+    for i in (2, 0, 1):
+        write_jsonl(str(tmp_path / f"p{i}.jsonl"), DOCS[i * 100 : (i + 1) * 100])
+    (tmp_path / "README.md").write_text("not data")
+    by_folder = Dataset.from_path("d", str(tmp_path))
+    by_glob = Dataset.from_path("d", str(tmp_path / "p*.jsonl"))
+    assert [os.path.basename(s.url) for s in by_folder.shards()] == [
+        "p0.jsonl",
+        "p1.jsonl",
+        "p2.jsonl",
+    ]
+    assert by_folder.shards() == by_glob.shards()
+    assert _read_all(by_folder, 10, 500) == DOCS[:300]
+
+
+def test_columns_limit_the_fields_read(tmp_path):
+    path = write_parquet(str(tmp_path / "d.parquet"), DOCS)
+    ds = Dataset.from_path("d", path, columns=["text"])
+    assert _read_all(ds, 100, 1)[0] == {"text": DOCS[0]["text"]}
+
+
+def test_malformed_json_line_error_names_the_file_and_the_line(tmp_path):
+    lines = [f'{{"text": "doc {i}"}}' for i in range(500)]
+    lines[337] = '{"text": "broken'
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    ds = Dataset.from_path("d", str(path))
+    with pytest.raises(DataError, match=rf"{path}, line 338: malformed JSON"):
+        _read_all(ds, 1, 1000)
+
+
+def test_a_json_array_file_is_explained(tmp_path):
+    path = tmp_path / "array.json"
+    path.write_text('[{"text": "a"}, {"text": "b"}]\n')
+    with pytest.raises(DataError, match=r"line 1: expected a JSON object.*one object per line"):
+        _read_all(Dataset.from_path("d", str(path)), 1, 1000)
+
+
+def test_missing_path_is_an_error_that_names_it(tmp_path):
+    with pytest.raises(
+        FileNotFoundError, match=r"dataset 'd': no such file or folder: .*nope\.jsonl"
+    ):
+        Dataset.from_path("d", str(tmp_path / "nope.jsonl")).shards()
+
+
+def test_an_empty_dataset_is_an_error_at_plan_time_that_names_the_path(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match=r"dataset 'd' has no records: .*empty\.jsonl"):
+        Dataset.from_path("d", str(tmp_path / "empty.jsonl")).chunks(10, 10)
+
+
+def test_a_folder_without_data_files_is_an_error(tmp_path):
+    (tmp_path / "notes.md").write_text("hi")
+    with pytest.raises(ValueError, match="no data files found"):
+        Dataset.from_path("d", str(tmp_path)).shards()
+
+
+def test_unknown_suffix_asks_for_a_format(tmp_path):
+    (tmp_path / "data.csv").write_text("a,b\n")
+    with pytest.raises(ValueError, match=r"cannot tell the format.*pass format="):
+        Dataset.from_path("d", str(tmp_path / "data.csv")).file_format()
+
+
+def test_explicit_format_reads_a_file_without_a_known_suffix(tmp_path):
+    path = tmp_path / "data.log"
+    path.write_text('{"text": "a"}\n{"text": "b"}\n')
+    ds = Dataset.from_path("d", str(path), format="jsonl")
+    assert _read_all(ds, 1, 5) == [{"text": "a"}, {"text": "b"}]
+
+
+def test_mixed_file_kinds_in_one_dataset_are_refused(tmp_path):
+    write_jsonl(str(tmp_path / "a.jsonl"), DOCS[:5])
+    write_parquet(str(tmp_path / "b.parquet"), DOCS[:5])
+    with pytest.raises(ValueError, match="mixes file kinds"):
+        Dataset.from_path("d", str(tmp_path)).file_format()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(name="has space"), "dataset name 'has space' is not valid"),
+        (dict(exhausted="loop"), "exhausted='loop'"),
+        (dict(format="csv"), "unknown format 'csv'"),
+    ],
+)
+def test_bad_dataset_arguments_are_explained(kwargs, message):
+    args = dict(name="d", path="x.jsonl") | kwargs
+    with pytest.raises(ValueError, match=message):
+        Dataset.from_path(args.pop("name"), args.pop("path"), **args)
