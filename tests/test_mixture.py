@@ -1,0 +1,101 @@
+"""Mixtures: every lane follows the weights; exhaustion stops or repeats; bad mixtures explained."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon.testing import drain, run_job, synthetic_documents, write_jsonl, write_parquet
+
+EOS = 50256
+
+
+@pytest.fixture(scope="module")
+def two_corpora(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mix")
+    short = synthetic_documents(3000, seed=1, max_words=10)
+    long = synthetic_documents(1000, seed=2, min_words=60, max_words=200)
+    return (
+        Dataset.from_path("short", write_jsonl(str(root / "short.jsonl"), short), exhausted="repeat"),
+        Dataset.from_path("long", write_parquet(str(root / "long.parquet"), long, 50), exhausted="repeat"),
+    )
+
+
+def _documents_per_dataset(batches, n):
+    counts = np.zeros(n, np.int64)
+    for b in batches:
+        ends = b.tokens == EOS
+        counts += np.bincount(b.sources[ends & (b.sources >= 0)], minlength=n)
+    return counts
+
+
+def _pipeline(source, gpt2, lanes=4, **options):
+    p = Pipeline(source).options(num_lanes=lanes, chunk_size=25, chunk_bytes=2000, **options)
+    return p.tokenize(gpt2).pack_flat(128).batch(2)
+
+
+def test_record_mixture_is_followed_on_every_lane(two_corpora, gpt2):
+    source = StaticMixtureWorkSource(list(two_corpora), {"short": 0.3, "long": 0.7}, seed=1)
+    pipeline = _pipeline(source, gpt2)
+    batches = drain(pipeline, 800)
+    for lane in range(4):
+        docs = _documents_per_dataset([b for b in batches if b.lane == lane], 2)
+        share = docs[0] / docs.sum()
+        assert abs(share - 0.3) < 0.03, f"lane {lane}: short share {share:.3f}, want 0.3"
+    stats = pipeline.stats()["tokens"]
+    assert stats["long"] > 5 * stats["short"]  # 0.7 of the records are the long ones
+
+
+def test_mixture_is_elastic_and_resumable(two_corpora, gpt2):
+    def make(d, r):
+        source = StaticMixtureWorkSource(list(two_corpora), {"short": 1, "long": 3}, seed=4)
+        return _pipeline(source, gpt2, dp_rank=r, dp_world_size=d)
+
+    baseline, _ = run_job(make, 1, 10, 2)
+    first, state = run_job(make, 4, 4, 2)
+    rest, _ = run_job(make, 2, 6, 2, state=state)
+    assert {**first, **rest} == baseline
+
+
+def test_repeat_starts_a_new_permutation_every_epoch(tmp_path, gpt2):
+    docs = synthetic_documents(40, seed=5)
+    ds = Dataset.from_path("d", write_jsonl(str(tmp_path / "d.jsonl"), docs), exhausted="repeat")
+    # one chunk per window, and a row holds a whole window: one row per chunk
+    pipeline = Pipeline(ds).options(chunk_bytes=2000, flush_every=1).tokenize(gpt2)
+    pipeline = pipeline.pack_flat(4000, "best_fit")
+    epoch_rows = drain(pipeline.batch(1), 200)
+    rows = [tuple(b.tokens[0][b.sources[0] >= 0].tolist()) for b in epoch_rows]
+    chunks = len(ds.chunks(1024, 2000))
+    first, second = rows[:chunks], rows[chunks : 2 * chunks]
+    assert sorted(first) == sorted(second) and first != second
+
+
+def test_a_stopping_dataset_ends_the_lane_when_it_runs_out(two_corpora, tmp_path, gpt2):
+    few = Dataset.from_path("few", write_jsonl(str(tmp_path / "f.jsonl"), synthetic_documents(200, 9)))
+    source = StaticMixtureWorkSource([few, two_corpora[1]], {"few": 1, "long": 1})
+    batches = drain(_pipeline(source, gpt2, lanes=2), 10**6)
+    docs = _documents_per_dataset(batches, 2)
+    assert docs[0] == 200, "every record of the stopping dataset is delivered once"
+    assert 0 < docs[1] < 1000 * 2
+
+
+@pytest.mark.parametrize(
+    ("mixture", "message"),
+    [
+        ({"short": 1, "lng": 1}, r"mixture names unknown dataset\(s\) \['lng'\]; datasets are \['short', 'long'\]"),
+        ({"short": 1}, r"no weight for dataset\(s\) \['long'\]"),
+        ({"short": 1, "long": -1}, "weight for 'long' must be a positive number"),
+        (None, "need a mixture"),
+    ],
+)
+def test_bad_mixtures_are_explained(two_corpora, mixture, message):
+    with pytest.raises(ValueError, match=message):
+        StaticMixtureWorkSource(list(two_corpora), mixture)
+
+
+def test_too_few_chunks_for_the_lanes_is_explained(tmp_path, gpt2):
+    ds = Dataset.from_path("tiny", write_jsonl(str(tmp_path / "t.jsonl"), synthetic_documents(5, 1)))
+    pipeline = Pipeline(ds).options(num_lanes=8).tokenize(gpt2).pack_flat(8).batch(1)
+    with pytest.raises(ValueError, match="has 1 chunks for 8 lanes.*lower chunk_size"):
+        drain(pipeline, 1)

@@ -1,0 +1,97 @@
+"""Every operator under every runner: restore at every step gives the uninterrupted tail."""
+
+from __future__ import annotations
+
+import pytest
+
+from zephon import Dataset, Pipeline
+from zephon.testing import check_conformance, drain, write_jsonl
+from zephon.testing.functions import long_enough, shout
+
+RECIPES = {
+    "map-filter-wrap": lambda p, t: p.map(shout).filter(long_enough).tokenize(t).pack_flat(48).batch(2),
+    "best_fit": lambda p, t: p.tokenize(t).pack_flat(48, algorithm="best_fit").batch(3),
+    "shuffle-docs-and-rows": lambda p, t: (
+        p.tokenize(t).shuffle(5, seed=1).pack_flat(32).shuffle(7, seed=2).batch(2)
+    ),
+}
+
+
+def _make(corpus, gpt2, recipe, runner):
+    def make():
+        ds = Dataset.from_path("synthetic", corpus, exhausted="repeat")
+        p = Pipeline(ds).options(num_lanes=3, chunk_bytes=3000, flush_every=2, runner=runner)
+        return RECIPES[recipe](p, gpt2)
+
+    return make
+
+
+@pytest.mark.parametrize("runner", ["inline", "thread", "process"])
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_operator_conforms_restore_at_every_step(corpus, gpt2, recipe, runner):
+    every = 4 if runner == "process" else 1  # a process pool per restore is slow to start
+    check_conformance(_make(corpus, gpt2, recipe, runner), steps=16, tail=4, every=every)
+
+
+def test_filter_and_empty_documents_are_counted_not_errors(tmp_path, gpt2):
+    records = [{"text": "one two three four five six"}, {"text": ""}, {"text": "short"}] * 20
+    write_jsonl(str(tmp_path / "d.jsonl"), records)
+    ds = Dataset.from_path("d", str(tmp_path / "d.jsonl"))
+    pipeline = Pipeline(ds).filter(lambda r: r["text"] != "short").tokenize(gpt2)
+    pipeline = pipeline.pack_flat(16).batch(2)
+    drain(pipeline, 1000)
+    assert pipeline.stats()["counters"] == {"empty_documents": 20, "filtered_records": 20}
+
+
+def test_map_must_return_a_record(corpus, gpt2):
+    ds = Dataset.from_path("synthetic", corpus)
+    pipeline = Pipeline(ds).map(lambda r: r["text"]).tokenize(gpt2).pack_flat(16).batch(1)
+    with pytest.raises(ValueError, match="returned str, expected a dict record"):
+        drain(pipeline, 1)
+
+
+def test_tokenize_names_a_missing_field_and_the_dataset(corpus, gpt2):
+    ds = Dataset.from_path("synthetic", corpus)
+    pipeline = Pipeline(ds).tokenize(gpt2, field="body").pack_flat(16).batch(1)
+    with pytest.raises(ValueError, match=r"dataset 'synthetic'.*no such field; its fields are \['id', 'text'\]"):
+        drain(pipeline, 1)
+
+
+def test_tokenize_refuses_a_non_string_text(tmp_path, gpt2):
+    write_jsonl(str(tmp_path / "d.jsonl"), [{"text": None}])
+    pipeline = Pipeline(Dataset.from_path("d", str(tmp_path / "d.jsonl")))
+    pipeline = pipeline.tokenize(gpt2).pack_flat(16).batch(1)
+    with pytest.raises(ValueError, match="expected a string, got NoneType"):
+        drain(pipeline, 1)
+
+
+def test_process_runner_explains_an_unpicklable_function(corpus, gpt2):
+    ds = Dataset.from_path("synthetic", corpus)
+    pipeline = Pipeline(ds).options(runner="process").map(lambda r: r).tokenize(gpt2)
+    with pytest.raises(ValueError, match="cannot be pickled.*module level"):
+        drain(pipeline.pack_flat(16).batch(1), 1)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda p, t: p.pack_flat(16), "pack_flat takes docs, but the pipeline gives records"),
+        (lambda p, t: p.tokenize(t).batch(2), "batch takes rows, but the pipeline gives docs"),
+        (lambda p, t: p.tokenize(t).pack_flat(8).batch(1).map(len), "batch must be the last"),
+        (lambda p, t: p.tokenize(t).pack_flat(0), r"max_length=0\): must be an int >= 1"),
+        (lambda p, t: p.tokenize(t).pack_flat(8, "first_fit"), "algorithm='first_fit'"),
+        (lambda p, t: p.tokenize("/no/such/tokenizer.json"), "tokenizer '/no/such/tokenizer.json' not found"),
+        (lambda p, t: p.options(num_lanes=6, dp_world_size=4), "num_lanes=6 is not divisible by dp_world_size=4"),
+        (lambda p, t: p.options(runner="gpu"), "runner='gpu'"),
+        (lambda p, t: p.options(lanes=4), r"unknown option\(s\) \['lanes'\]"),
+    ],
+)
+def test_bad_pipelines_are_explained(corpus, gpt2, build, message):
+    with pytest.raises(ValueError, match=message):
+        build(Pipeline(Dataset.from_path("synthetic", corpus)), gpt2)
+
+
+def test_iterating_without_batch_is_explained(corpus, gpt2):
+    pipeline = Pipeline(Dataset.from_path("synthetic", corpus)).tokenize(gpt2).pack_flat(8)
+    with pytest.raises(ValueError, match=r"end the pipeline with .batch"):
+        iter(pipeline)

@@ -1,0 +1,13 @@
+"""Record functions at module level, so that the process runner can send them to workers."""
+
+from __future__ import annotations
+
+
+def shout(record: dict) -> dict:
+    """Upper-case the text."""
+    return {**record, "text": record["text"].upper()}
+
+
+def long_enough(record: dict) -> bool:
+    """Keep records of at least five words."""
+    return record["text"].count(" ") >= 4
