@@ -41,9 +41,7 @@ def test_step_digests_are_all_different_and_change_with_the_seed(make_rank, base
     [(3, 2, 4), (5, 4, 1), (7, 8, 2)],
     ids=["2-to-4-ranks", "4-to-1-ranks", "8-to-2-ranks"],
 )
-def test_resume_on_other_rank_count_matches_uninterrupted_run(
-    make_rank, baseline, k, before, after
-):
+def test_resume_on_other_rank_count_matches_uninterrupted_run(make_rank, baseline, k, before, after):
     first, state = run_job(make_rank, before, k, PER_LANE)
     rest, _ = run_job(make_rank, after, STEPS - k, PER_LANE, state=state)
     assert {**first, **rest} == baseline
@@ -84,9 +82,7 @@ def test_second_resume_cycle_from_a_resumed_run_still_matches(make_rank, baselin
 
 
 def test_resume_with_another_runner_and_parallelism(make_rank, baseline):
-    first, state = run_job(
-        lambda d, r: make_rank(d, r, runner="inline", parallelism=1), 2, 5, PER_LANE
-    )
+    first, state = run_job(lambda d, r: make_rank(d, r, runner="inline", parallelism=1), 2, 5, PER_LANE)
     rest, _ = run_job(
         lambda d, r: make_rank(d, r, runner="thread", parallelism=4),
         4,

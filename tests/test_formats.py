@@ -93,9 +93,7 @@ def test_a_json_array_file_is_explained(tmp_path):
 
 
 def test_missing_path_is_an_error_that_names_it(tmp_path):
-    with pytest.raises(
-        FileNotFoundError, match=r"dataset 'd': no such file or folder: .*nope\.jsonl"
-    ):
+    with pytest.raises(FileNotFoundError, match=r"dataset 'd': no such file or folder: .*nope\.jsonl"):
         Dataset.from_path("d", str(tmp_path / "nope.jsonl")).shards()
 
 

@@ -83,7 +83,10 @@ def test_a_stopping_dataset_ends_the_lane_when_it_runs_out(two_corpora, tmp_path
 @pytest.mark.parametrize(
     ("mixture", "message"),
     [
-        ({"short": 1, "lng": 1}, r"mixture names unknown dataset\(s\) \['lng'\]; datasets are \['short', 'long'\]"),
+        (
+            {"short": 1, "lng": 1},
+            r"mixture names unknown dataset\(s\) \['lng'\]; datasets are \['short', 'long'\]",
+        ),
         ({"short": 1}, r"no weight for dataset\(s\) \['long'\]"),
         ({"short": 1, "long": -1}, "weight for 'long' must be a positive number"),
         (None, "need a mixture"),
@@ -97,5 +100,5 @@ def test_bad_mixtures_are_explained(two_corpora, mixture, message):
 def test_too_few_chunks_for_the_lanes_is_explained(tmp_path, gpt2):
     ds = Dataset.from_path("tiny", write_jsonl(str(tmp_path / "t.jsonl"), synthetic_documents(5, 1)))
     pipeline = Pipeline(ds).options(num_lanes=8).tokenize(gpt2).pack_flat(8).batch(1)
-    with pytest.raises(ValueError, match="has 1 chunks for 8 lanes.*lower chunk_size"):
+    with pytest.raises(ValueError, match=r"has 1 chunks for 8 lanes.*lower chunk_size"):
         drain(pipeline, 1)

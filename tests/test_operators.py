@@ -53,7 +53,9 @@ def test_map_must_return_a_record(corpus, gpt2):
 def test_tokenize_names_a_missing_field_and_the_dataset(corpus, gpt2):
     ds = Dataset.from_path("synthetic", corpus)
     pipeline = Pipeline(ds).tokenize(gpt2, field="body").pack_flat(16).batch(1)
-    with pytest.raises(ValueError, match=r"dataset 'synthetic'.*no such field; its fields are \['id', 'text'\]"):
+    with pytest.raises(
+        ValueError, match=r"dataset 'synthetic'.*no such field; its fields are \['id', 'text'\]"
+    ):
         drain(pipeline, 1)
 
 
@@ -68,7 +70,7 @@ def test_tokenize_refuses_a_non_string_text(tmp_path, gpt2):
 def test_process_runner_explains_an_unpicklable_function(corpus, gpt2):
     ds = Dataset.from_path("synthetic", corpus)
     pipeline = Pipeline(ds).options(runner="process").map(lambda r: r).tokenize(gpt2)
-    with pytest.raises(ValueError, match="cannot be pickled.*module level"):
+    with pytest.raises(ValueError, match=r"cannot be pickled.*module level"):
         drain(pipeline.pack_flat(16).batch(1), 1)
 
 
@@ -81,7 +83,10 @@ def test_process_runner_explains_an_unpicklable_function(corpus, gpt2):
         (lambda p, t: p.tokenize(t).pack_flat(0), r"max_length=0\): must be an int >= 1"),
         (lambda p, t: p.tokenize(t).pack_flat(8, "first_fit"), "algorithm='first_fit'"),
         (lambda p, t: p.tokenize("/no/such/tokenizer.json"), "tokenizer '/no/such/tokenizer.json' not found"),
-        (lambda p, t: p.options(num_lanes=6, dp_world_size=4), "num_lanes=6 is not divisible by dp_world_size=4"),
+        (
+            lambda p, t: p.options(num_lanes=6, dp_world_size=4),
+            "num_lanes=6 is not divisible by dp_world_size=4",
+        ),
         (lambda p, t: p.options(runner="gpu"), "runner='gpu'"),
         (lambda p, t: p.options(lanes=4), r"unknown option\(s\) \['lanes'\]"),
     ],

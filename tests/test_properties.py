@@ -22,9 +22,7 @@ def _baseline(make_rank, lanes: int, flush_every: int, per_lane: int) -> dict:
     return run_job(lambda d, r: make(d, r), 1, STEPS, per_lane)[0]
 
 
-@settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_topology_checkpoint_and_runner_gives_the_uninterrupted_global_steps(make_rank, data):
     lanes = data.draw(st.sampled_from([1, 2, 3, 4, 6, 8]), label="num_lanes")

@@ -56,9 +56,7 @@ class Options:
                 f"num_lanes that is a multiple of {self.dp_world_size}, or another dp_world_size"
             )
         if not 0 <= self.dp_rank < self.dp_world_size:
-            raise ValueError(
-                f"dp_rank={self.dp_rank} is outside [0, dp_world_size={self.dp_world_size})"
-            )
+            raise ValueError(f"dp_rank={self.dp_rank} is outside [0, dp_world_size={self.dp_world_size})")
         if not isinstance(self.io_options, dict):
             raise ValueError(f"io_options must be a dict, got {self.io_options!r}")
 

@@ -60,9 +60,7 @@ class Pipeline:
         if given == "batch":
             raise ValueError(f"{op.kind} comes after batch; batch must be the last operator")
         if given not in op.takes:
-            raise ValueError(
-                f"{op.kind} takes {'/'.join(op.takes)}, but the pipeline gives {given} here"
-            )
+            raise ValueError(f"{op.kind} takes {'/'.join(op.takes)}, but the pipeline gives {given} here")
         return self._with(_ops=(*self._ops, op))
 
     def _output(self) -> str:
@@ -81,9 +79,7 @@ class Pipeline:
                  add_bos: bool | None = None, add_eos: bool = True) -> Pipeline:  # fmt: skip
         return self._then(Tokenize(tokenizer_id, field, add_bos, add_eos, parallelism))
 
-    def pack_flat(
-        self, max_length: int, algorithm: str = "wrap", parallelism: int | None = None
-    ) -> Pipeline:
+    def pack_flat(self, max_length: int, algorithm: str = "wrap", parallelism: int | None = None) -> Pipeline:
         return self._then(PackFlat(max_length, algorithm, self._pad_id(), parallelism))
 
     def shuffle(self, buffer_size: int, seed: int = 0, parallelism: int | None = None) -> Pipeline:
@@ -206,9 +202,7 @@ class Pipeline:
                 "zephon.merge_states before loading"
             )
         n = len(self.source.datasets)
-        lanes = {
-            lane: LaneState.from_json(state["lanes"][str(lane)], n) for lane in self.owned_lanes
-        }
+        lanes = {lane: LaneState.from_json(state["lanes"][str(lane)], n) for lane in self.owned_lanes}
         self.close()
         self._lanes, self._rates, self._plan = lanes, dict(state["rates"]), None
 

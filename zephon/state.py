@@ -85,14 +85,10 @@ def merge_states(states: list[dict]) -> dict:
         check_version(state)
         for key in set(state) | set(merged):
             if key != "lanes" and state.get(key) != merged.get(key):
-                raise ValueError(
-                    f"states 0 and {i} disagree on {key!r}; were they saved by one job?"
-                )
+                raise ValueError(f"states 0 and {i} disagree on {key!r}; were they saved by one job?")
         for lane, value in state["lanes"].items():
             if lane in lanes:
-                raise ValueError(
-                    f"lane {lane} is in more than one state: merge each rank's state once"
-                )
+                raise ValueError(f"lane {lane} is in more than one state: merge each rank's state once")
             lanes[lane] = value
     merged["lanes"] = dict(sorted(lanes.items(), key=lambda kv: int(kv[0])))
     return merged
@@ -103,8 +99,7 @@ def check_version(state: dict) -> None:
         raise ValueError("not a zephon pipeline state: expected keys 'version' and 'lanes'")
     if state["version"] != VERSION:
         raise ValueError(
-            f"pipeline state version {state['version']} is not supported; this zephon reads "
-            f"version {VERSION}"
+            f"pipeline state version {state['version']} is not supported; this zephon reads version {VERSION}"
         )
 
 
@@ -118,8 +113,6 @@ def diff(saved, current, path: str = "") -> list[str]:
         return out
     if isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current):
         return [
-            d
-            for i, (a, b) in enumerate(zip(saved, current, strict=True))
-            for d in diff(a, b, f"{path}[{i}]")
+            d for i, (a, b) in enumerate(zip(saved, current, strict=True)) for d in diff(a, b, f"{path}[{i}]")
         ]
     return [] if saved == current else [f"{path}: {saved!r} -> {current!r}"]

@@ -50,13 +50,9 @@ class Dataset:
         storage_options: dict | None = None,
     ) -> Dataset:
         if not isinstance(name, str) or not _NAME.match(name):
-            raise ValueError(
-                f"dataset name {name!r} is not valid: use letters, digits, '_', '-' and '.'"
-            )
+            raise ValueError(f"dataset name {name!r} is not valid: use letters, digits, '_', '-' and '.'")
         if exhausted not in EXHAUSTED:
-            raise ValueError(
-                f"dataset {name!r}: exhausted={exhausted!r}, expected one of {EXHAUSTED}"
-            )
+            raise ValueError(f"dataset {name!r}: exhausted={exhausted!r}, expected one of {EXHAUSTED}")
         if format is not None:
             format_for(format, None)  # validates the name
         cols = tuple(columns) if columns is not None else None
@@ -81,8 +77,7 @@ class Dataset:
             fmt, ranges = self.file_format(), []
             for i, shard in enumerate(self.shards()):
                 ranges += [
-                    (i, a, b)
-                    for a, b in fmt.plan(shard, chunk_size, chunk_bytes, **self.storage_options)
+                    (i, a, b) for a, b in fmt.plan(shard, chunk_size, chunk_bytes, **self.storage_options)
                 ]
             if not ranges:
                 raise ValueError(f"dataset {self.name!r} has no records: {self.path}")
@@ -91,9 +86,7 @@ class Dataset:
 
     def read(self, chunk: Chunk) -> Records:
         shard = self.shards()[chunk.shard]
-        return self.file_format().read(
-            shard, chunk.start, chunk.stop, self.columns, **self.storage_options
-        )
+        return self.file_format().read(shard, chunk.start, chunk.stop, self.columns, **self.storage_options)
 
     def fingerprint(self) -> str:
         """A digest of what shapes this dataset's data: its files, their sizes, its settings."""
@@ -132,9 +125,7 @@ def _list_shards(name: str, path: str, storage_options: dict) -> list[Shard]:
     if not infos:
         raise ValueError(f"dataset {name!r}: no data files found at {path}")
     local = get_protocol(path) in ("file", "local")
-    return [
-        Shard(p if local else fs.unstrip_protocol(p), int(infos[p]["size"])) for p in sorted(infos)
-    ]
+    return [Shard(p if local else fs.unstrip_protocol(p), int(infos[p]["size"])) for p in sorted(infos)]
 
 
 def _infer_format(name: str, shards: list[Shard], explicit: str | None) -> Format:
@@ -142,9 +133,7 @@ def _infer_format(name: str, shards: list[Shard], explicit: str | None) -> Forma
     if explicit is not None:
         compressions = {c for _, c in kinds}
         if len(compressions) > 1:
-            raise ValueError(
-                f"dataset {name!r} mixes compressions {sorted(map(str, compressions))}"
-            )
+            raise ValueError(f"dataset {name!r} mixes compressions {sorted(map(str, compressions))}")
         return format_for(explicit, compressions.pop())
     if (None, None) in kinds:
         unknown = next(s.url for s in shards if split_suffix(s.url) == (None, None))
@@ -154,8 +143,7 @@ def _infer_format(name: str, shards: list[Shard], explicit: str | None) -> Forma
         )
     if len(kinds) > 1:
         raise ValueError(
-            f"dataset {name!r} mixes file kinds {sorted(map(str, kinds))}; "
-            "give each kind its own dataset"
+            f"dataset {name!r} mixes file kinds {sorted(map(str, kinds))}; give each kind its own dataset"
         )
     return format_for(*kinds.pop())
 

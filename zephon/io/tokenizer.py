@@ -58,8 +58,7 @@ def _load(tokenizer_id: str) -> TextTokenizer:
         folder, file = os.path.dirname(path), path
     else:
         raise ValueError(
-            f"tokenizer {tokenizer_id!r} not found: give a tokenizer.json file or a folder "
-            "that holds one"
+            f"tokenizer {tokenizer_id!r} not found: give a tokenizer.json file or a folder that holds one"
         )
     return from_files(tokenizer_id, file, os.path.join(folder, "tokenizer_config.json"))
 

@@ -43,9 +43,7 @@ class Docs:
     def positions(self) -> np.ndarray:
         """Position of every token inside its document."""
         lengths = self.lengths()
-        return (np.arange(len(self.tokens)) - np.repeat(self.offsets[:-1], lengths)).astype(
-            np.int32
-        )
+        return (np.arange(len(self.tokens)) - np.repeat(self.offsets[:-1], lengths)).astype(np.int32)
 
     def token_sources(self) -> np.ndarray:
         return np.repeat(self.sources, self.lengths())

@@ -55,11 +55,7 @@ class PackFlat(Operator):
         return {"max_length": self.max_length, "algorithm": self.algorithm, "pad_id": self.pad_id}
 
     def accumulator(self, lane: int, window: int) -> Accumulator:
-        return (
-            WrapAccumulator(self.row_len)
-            if self.algorithm == "wrap"
-            else BestFitAccumulator(self.row_len)
-        )
+        return WrapAccumulator(self.row_len) if self.algorithm == "wrap" else BestFitAccumulator(self.row_len)
 
     def work(self, unit: Segments) -> Rows:
         n, row_len = len(unit.row_starts), self.row_len
@@ -103,11 +99,7 @@ class WrapAccumulator(Accumulator):
         if full == 0:
             return []
         starts = np.arange(0, full, self.row_len, dtype=np.int64)
-        return [
-            Segments(
-                tokens[:full], pos[:full], src[:full], starts, np.full_like(starts, self.row_len)
-            )
-        ]
+        return [Segments(tokens[:full], pos[:full], src[:full], starts, np.full_like(starts, self.row_len))]
 
     def flush(self) -> list[Segments]:
         if self.tail is None:

@@ -36,9 +36,7 @@ def _structure(value):
     return type(value).__name__
 
 
-def check_conformance(
-    make: Callable[[], Pipeline], steps: int, tail: int = 4, every: int = 1
-) -> list[Batch]:
+def check_conformance(make: Callable[[], Pipeline], steps: int, tail: int = 4, every: int = 1) -> list[Batch]:
     """Returns the uninterrupted run's batches; raises AssertionError on any violation."""
     reference = make()
     batches = drain(reference, steps + tail)

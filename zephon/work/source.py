@@ -131,9 +131,7 @@ class StaticMixtureWorkSource:
                 "check the dataset and its filters"
             )
         rate = units / size
-        log.info(
-            "zephon: %s has %.4f %s per %s", d.name, rate, self.unit, d.file_format().unit[:-1]
-        )
+        log.info("zephon: %s has %.4f %s per %s", d.name, rate, self.unit, d.file_format().unit[:-1])
         return rate
 
 

@@ -37,9 +37,7 @@ class ArrowFormat(Format):
     name = "arrow"
     unit = "rows"
 
-    def plan(
-        self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage
-    ) -> list[tuple[int, int]]:
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
         ranges, start = [], 0
         for batch in _batches(shard, storage):
             ranges += split_range(start, start + batch.num_rows, chunk_size)

@@ -31,9 +31,7 @@ class Format(ABC):
         self.compression = compression
 
     @abstractmethod
-    def plan(
-        self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage
-    ) -> list[tuple[int, int]]:
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
         """Chunk ranges of ``shard`` from its metadata, in this format's unit."""
 
     @abstractmethod

@@ -18,9 +18,7 @@ _BLOCK = 1 << 20
 class _LineFormat(Format):
     unit = "bytes"
 
-    def plan(
-        self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage
-    ) -> list[tuple[int, int]]:
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
         if shard.size == 0:
             return []
         if self.compression:
@@ -58,11 +56,7 @@ class JsonLinesFormat(_LineFormat):
         except json.JSONDecodeError as e:
             raise ValueError(f"malformed JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(record, dict):
-            hint = (
-                " (is this a JSON array file? write one object per line)"
-                if line[:1] == b"["
-                else ""
-            )
+            hint = " (is this a JSON array file? write one object per line)" if line[:1] == b"[" else ""
             raise ValueError(f"expected a JSON object, got {type(record).__name__}{hint}")
         if columns is not None:
             return {c: record.get(c) for c in columns}

@@ -36,9 +36,7 @@ class ParquetFormat(Format):
             _FOOTERS.put(key, metadata)
         return metadata
 
-    def plan(
-        self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage
-    ) -> list[tuple[int, int]]:
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
         ranges = []
         for start, stop in row_group_bounds(self.footer(shard, **storage)):
             ranges += split_range(start, stop, chunk_size)
