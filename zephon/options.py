@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from zephon.io.remote import IOConfig
 from zephon.runners import RUNNERS
 
 # Options that shape the data: part of the recipe fingerprint. The rest are performance knobs
@@ -59,6 +60,11 @@ class Options:
             raise ValueError(f"dp_rank={self.dp_rank} is outside [0, dp_world_size={self.dp_world_size})")
         if not isinstance(self.io_options, dict):
             raise ValueError(f"io_options must be a dict, got {self.io_options!r}")
+        IOConfig.parse(self.io_options)  # fails now on a bad key, not in a worker
+
+    @property
+    def io(self) -> IOConfig:
+        return IOConfig.parse(self.io_options)
 
     def owned_lanes(self) -> list[int]:
         per_rank = self.num_lanes // self.dp_world_size

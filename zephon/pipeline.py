@@ -16,7 +16,7 @@ from zephon.lanes import Stage, lane_batches
 from zephon.ops import BatchRows, Filter, Map, Operator, PackFlat, Read, Shuffle, Tokenize
 from zephon.ops.containers import sum_counters
 from zephon.options import Options
-from zephon.runners import Prefetcher, get_runner
+from zephon.runners import Prefetcher, get_runner, thread_map
 from zephon.state import VERSION, LaneState, check_version, diff
 from zephon.work import DatasetWorkSource, LanePlan, PlanContext, StaticMixtureWorkSource
 
@@ -111,7 +111,7 @@ class Pipeline:
         """Everything that shapes the data, readable, so that a mismatch can be named."""
         return {
             "plan_version": PLAN_VERSION,
-            "source": self.source.fingerprint(),
+            "source": self.source.fingerprint(self._options.io),
             "options": self._options.shaping(),
             "operators": [{"kind": op.kind, **op.params()} for op in self._ops],
         }
@@ -136,7 +136,7 @@ class Pipeline:
 
     def _stages(self, runner) -> list[Stage]:
         names = [d.name for d in self.source.datasets]
-        ops = [Read(self.source.datasets, self._options.read_parallelism), *self._ops]
+        ops = [Read(self.source.datasets, self._options.io, self._options.read_parallelism), *self._ops]
         groups: list[list[Operator]] = []
         for op in ops:
             if op.stateless and groups and groups[-1][-1].stateless:
@@ -161,6 +161,8 @@ class Pipeline:
                 measure=measure,
                 records_exact=not any(isinstance(op, Filter) for op in self._ops),
                 rates=self._rates,
+                io=self._options.io,
+                map_fn=thread_map,
             )
             self._plan = self.source.plan(ctx)
             self._rates = dict(self._plan.rates)

@@ -15,10 +15,12 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class Shard:
-    """One file of a dataset: its URL (or local path) and its size in bytes."""
+    """One file of a dataset: its URL (or local path), size in bytes, and version (ETag, blob
+    id, commit: whatever the store reports, "" if nothing), which keys the block cache."""
 
     url: str
     size: int
+    version: str = ""
 
 
 @dataclass(frozen=True, slots=True)

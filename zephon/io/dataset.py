@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 import fsspec
 from fsspec.utils import get_protocol
 
+from zephon.io import hub
 from zephon.io.chunks import Chunk, ChunkTable, Shard
 from zephon.io.formats import Format, Records, format_for, split_suffix
+from zephon.io.remote import IOConfig, Opener, RetryPolicy, retrying
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 EXHAUSTED = ("stop", "repeat")
@@ -19,7 +21,8 @@ EXHAUSTED = ("stop", "repeat")
 
 @dataclass(frozen=True)
 class Dataset:
-    """A named dataset: a local file, folder or glob, or any fsspec URL.
+    """A named dataset: a local file, folder or glob, any fsspec URL (``s3://``, ``gs://``,
+    ``https://``...), or a Hugging Face split ``hf://ORG/NAME[/CONFIG]/SPLIT``.
 
     Build it with :meth:`from_path`. Resolution (listing files) and planning (reading metadata)
     happen when a pipeline first starts, once, and are cached on the object.
@@ -60,47 +63,64 @@ class Dataset:
 
     # -- resolution -------------------------------------------------------------------------
 
-    def shards(self) -> list[Shard]:
+    def shards(self, io: IOConfig | None = None) -> list[Shard]:
         if "shards" not in self._cache:
-            self._cache["shards"] = _list_shards(self.name, self.path, self.storage_options)
+            policy = (io or IOConfig()).retries
+            if hub.is_hub_split(self.path):
+                shards, fmt = hub.resolve(self.path, policy)
+                self._cache["hub_format"] = fmt
+            else:
+                shards = _list_shards(self.name, self.path, self.storage_options, policy)
+            self._cache["shards"] = shards
         return self._cache["shards"]
 
-    def file_format(self) -> Format:
+    def file_format(self, io: IOConfig | None = None) -> Format:
         if "format" not in self._cache:
-            self._cache["format"] = _infer_format(self.name, self.shards(), self.format)
+            shards = self.shards(io)
+            explicit = self.format or self._cache.get("hub_format")
+            self._cache["format"] = _infer_format(self.name, shards, explicit)
         return self._cache["format"]
 
-    def chunks(self, chunk_size: int, chunk_bytes: int) -> ChunkTable:
-        """All chunks of the dataset, from metadata alone; cached per chunk size."""
+    def chunks(self, chunk_size: int, chunk_bytes: int, io: IOConfig | None = None, map_fn=map) -> ChunkTable:
+        """All chunks of the dataset, from metadata alone; cached per chunk size.
+
+        ``map_fn`` may be a parallel map, for datasets of many remote files.
+        """
         key = ("chunks", chunk_size, chunk_bytes)
         if key not in self._cache:
-            fmt, ranges = self.file_format(), []
-            for i, shard in enumerate(self.shards()):
-                ranges += [
-                    (i, a, b) for a, b in fmt.plan(shard, chunk_size, chunk_bytes, **self.storage_options)
-                ]
+            fmt, opener = self.file_format(io), self.opener(io)
+            shards = self.shards(io)
+
+            def plan(i: int) -> list[tuple[int, int, int]]:
+                return [(i, a, b) for a, b in fmt.plan(shards[i], chunk_size, chunk_bytes, opener)]
+
+            ranges = [r for rs in map_fn(plan, range(len(shards))) for r in rs]
             if not ranges:
                 raise ValueError(f"dataset {self.name!r} has no records: {self.path}")
             self._cache[key] = ChunkTable.from_ranges(ranges)
         return self._cache[key]
 
-    def read(self, chunk: Chunk) -> Records:
-        shard = self.shards()[chunk.shard]
-        return self.file_format().read(shard, chunk.start, chunk.stop, self.columns, **self.storage_options)
+    def opener(self, io: IOConfig | None = None) -> Opener:
+        return Opener(io or IOConfig(), self.storage_options)
 
-    def fingerprint(self) -> str:
-        """A digest of what shapes this dataset's data: its files, their sizes, its settings."""
-        shards = self.shards()
+    def read(self, chunk: Chunk, io: IOConfig | None = None) -> Records:
+        shard = self.shards(io)[chunk.shard]
+        return self.file_format(io).read(shard, chunk.start, chunk.stop, self.columns, self.opener(io))
+
+    def fingerprint(self, io: IOConfig | None = None) -> str:
+        """A digest of what shapes this dataset's data: its files (names relative to their
+        common folder, sizes, versions) and its settings."""
+        shards = self.shards(io)
         root = _common_root([s.url for s in shards])
-        content = [(s.url[len(root) :], s.size) for s in shards]
+        content = [(s.url[len(root) :], s.size, s.version) for s in shards]
         # the path itself is left out: the same files mounted elsewhere are the same data
-        settings = [self.name, repr(self.file_format()), self.exhausted, self.columns]
+        settings = [self.name, repr(self.file_format(io)), self.exhausted, self.columns]
         return hashlib.sha256(json.dumps([settings, content]).encode()).hexdigest()[:16]
 
     def __getstate__(self):
         # workers get the resolved shards but not cached chunk tables (they can be large)
         state = dict(self.__dict__)
-        state["_cache"] = {k: v for k, v in self._cache.items() if k in ("shards", "format")}
+        state["_cache"] = {k: v for k, v in self._cache.items() if k in ("shards", "format", "hub_format")}
         return state
 
     def __setstate__(self, state):
@@ -108,24 +128,44 @@ class Dataset:
             object.__setattr__(self, k, v)
 
 
-def _list_shards(name: str, path: str, storage_options: dict) -> list[Shard]:
+def _list_shards(name: str, path: str, storage_options: dict, policy: RetryPolicy) -> list[Shard]:
     try:
         fs, root = fsspec.core.url_to_fs(path, **storage_options)
     except (ValueError, ImportError) as e:
         raise ValueError(f"dataset {name!r}: cannot open {path}: {e}") from e
-    if fsspec.core.has_magic(root):
-        found = fs.glob(root, detail=True)
-        infos = {p: i for p, i in found.items() if i["type"] == "file"}
-    elif fs.isdir(root):
-        infos = {p: i for p, i in fs.find(root, detail=True).items() if split_suffix(p)[0]}
-    elif fs.exists(root):
-        infos = {root: fs.info(root)}
-    else:
+    infos = retrying(f"dataset {name!r} at {path}", lambda: _find(fs, root), policy)
+    if infos is None:
         raise FileNotFoundError(f"dataset {name!r}: no such file or folder: {path}")
     if not infos:
         raise ValueError(f"dataset {name!r}: no data files found at {path}")
     local = get_protocol(path) in ("file", "local")
-    return [Shard(p if local else fs.unstrip_protocol(p), int(infos[p]["size"])) for p in sorted(infos)]
+    return [
+        Shard(
+            p if local else fs.unstrip_protocol(p), int(infos[p]["size"]), "" if local else _version(infos[p])
+        )
+        for p in sorted(infos)
+    ]
+
+
+def _find(fs, root: str) -> dict | None:
+    """File infos under ``root`` (a glob, a folder or a file), or None if nothing is there."""
+    if fsspec.core.has_magic(root):
+        return {p: i for p, i in fs.glob(root, detail=True).items() if i["type"] == "file"}
+    try:
+        info = fs.info(root)
+    except FileNotFoundError:
+        return None
+    if info["type"] == "directory":
+        return {p: i for p, i in fs.find(root, detail=True).items() if split_suffix(p)[0]}
+    return {root: info}
+
+
+def _version(info: dict) -> str:
+    """What identifies this version of a remote file, for the cache: ETag, blob id, mtime."""
+    for key in ("ETag", "etag", "blob_id", "md5Hash", "generation", "LastModified", "mtime", "last_modified"):
+        if info.get(key):
+            return str(info[key]).strip('"')
+    return ""
 
 
 def _infer_format(name: str, shards: list[Shard], explicit: str | None) -> Format:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zephon.io import Chunk, Dataset
+from zephon.io.remote import IOConfig
 from zephon.ops.base import Operator
 from zephon.ops.containers import RecordBlock
 
@@ -21,12 +22,12 @@ class Read(Operator):
     stateless = True
     default_parallelism = 1
 
-    def __init__(self, datasets: list[Dataset], parallelism: int | None = None):
+    def __init__(self, datasets: list[Dataset], io: IOConfig, parallelism: int | None = None):
         super().__init__(parallelism)
-        self.datasets = datasets
+        self.datasets, self.io = datasets, io
 
     def work(self, chunk: Chunk) -> RecordBlock:
-        return RecordBlock(chunk.dataset, self.datasets[chunk.dataset].read(chunk))
+        return RecordBlock(chunk.dataset, self.datasets[chunk.dataset].read(chunk, self.io))
 
     def params(self) -> dict:
         return {}

@@ -25,3 +25,12 @@ class ThreadRunner(Runner):
 
     def executor(self, work, parallelism: int) -> Executor:
         return InlineExecutor(work) if parallelism == 0 else ThreadExecutor(work, parallelism)
+
+
+def thread_map(fn, items, workers: int = 16) -> list:
+    """``list(map(fn, items))`` on a thread pool: for I/O-bound planning (file metadata)."""
+    items = list(items)
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(min(workers, len(items)), thread_name_prefix="zephon-plan") as pool:
+        return list(pool.map(fn, items))

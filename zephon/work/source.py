@@ -6,11 +6,12 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from zephon.io import Chunk, ChunkTable, Dataset
+from zephon.io.remote import IOConfig
 from zephon.work.mixture import normalize, pick
 from zephon.work.plan import ChunkDealer, seed_sequence
 
@@ -46,6 +47,8 @@ class PlanContext:
     measure: Measure
     records_exact: bool = True  # no filter: a row-format dataset's rows are its records
     rates: dict[str, float] | None = None  # measured units per chunk-size unit, from a checkpoint
+    io: IOConfig = field(default_factory=IOConfig)
+    map_fn: Callable = map  # a parallel map for planning many remote files
 
 
 class StaticMixtureWorkSource:
@@ -81,16 +84,16 @@ class StaticMixtureWorkSource:
     def unit(self) -> str:
         return "tokens" if self.token_estimation else "records"
 
-    def fingerprint(self) -> dict:
+    def fingerprint(self, io: IOConfig | None = None) -> dict:
         return {
-            "datasets": {d.name: d.fingerprint() for d in self.datasets},
+            "datasets": {d.name: d.fingerprint(io) for d in self.datasets},
             "mixture": {d.name: s for d, s in zip(self.datasets, self.shares, strict=True)},
             "mixture_unit": self.unit,
             "seed": self.seed,
         }
 
     def plan(self, ctx: PlanContext) -> LanePlan:
-        tables = [d.chunks(ctx.chunk_size, ctx.chunk_bytes) for d in self.datasets]
+        tables = [d.chunks(ctx.chunk_size, ctx.chunk_bytes, ctx.io, ctx.map_fn) for d in self.datasets]
         for d, t in zip(self.datasets, tables, strict=True):
             if d.exhausted == "stop" and len(t) < ctx.num_lanes:
                 raise ValueError(
@@ -107,7 +110,7 @@ class StaticMixtureWorkSource:
             return {self.datasets[0].name: 1.0}
         rates = {}
         for i, (d, table) in enumerate(zip(self.datasets, tables, strict=True)):
-            exact = d.file_format().unit == "rows" and ctx.records_exact
+            exact = d.file_format(ctx.io).unit == "rows" and ctx.records_exact
             if exact and not self.token_estimation:
                 rates[d.name] = 1.0  # a row is a record: nothing to measure
                 continue

@@ -5,26 +5,26 @@ from __future__ import annotations
 import pyarrow as pa
 
 from zephon.io.chunks import Shard, split_range
-from zephon.io.formats.base import LRU, Format, Records, open_binary
+from zephon.io.formats.base import LRU, Format, Records
 
 _OPENED = LRU(8)  # per process: record batches of recently read files (memory-mapped if local)
 
 
-def _batches(shard: Shard, storage: dict) -> list[pa.RecordBatch]:
-    key = (shard.url, shard.size)
+def _batches(shard: Shard, opener) -> list[pa.RecordBatch]:
+    key = (shard.url, shard.size, shard.version)
     batches = _OPENED.get(key)
     if batches is None:
-        batches = _open_batches(shard, storage)
+        batches = _open_batches(shard, opener)
         _OPENED.put(key, batches)
     return batches
 
 
-def _open_batches(shard: Shard, storage: dict) -> list[pa.RecordBatch]:
-    if "://" not in shard.url or shard.url.startswith("file://"):
-        source = pa.memory_map(shard.url.removeprefix("file://"))  # zero-copy for local files
-    else:
-        with open_binary(shard.url, **storage) as f:
+def _open_batches(shard: Shard, opener) -> list[pa.RecordBatch]:
+    if opener.is_remote(shard.url):
+        with opener.open(shard) as f:
             source = pa.BufferReader(f.read())
+    else:
+        source = pa.memory_map(shard.url.removeprefix("file://"))  # zero-copy for local files
     try:
         reader = pa.ipc.open_file(source)
         return [reader.get_batch(i) for i in range(reader.num_record_batches)]
@@ -37,16 +37,16 @@ class ArrowFormat(Format):
     name = "arrow"
     unit = "rows"
 
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
         ranges, start = [], 0
-        for batch in _batches(shard, storage):
+        for batch in _batches(shard, opener):
             ranges += split_range(start, start + batch.num_rows, chunk_size)
             start += batch.num_rows
         return ranges
 
-    def read(self, shard, start, stop, columns, **storage) -> Records:
+    def read(self, shard, start, stop, columns, opener) -> Records:
         offset = 0
-        for batch in _batches(shard, storage):
+        for batch in _batches(shard, opener):
             if offset <= start < offset + batch.num_rows:
                 piece = batch.slice(start - offset, stop - start)
                 if columns:

@@ -7,8 +7,6 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from typing import Any
 
-import fsspec
-
 from zephon.io.chunks import Shard
 
 Records = list[dict[str, Any]]
@@ -31,22 +29,16 @@ class Format(ABC):
         self.compression = compression
 
     @abstractmethod
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
         """Chunk ranges of ``shard`` from its metadata, in this format's unit."""
 
     @abstractmethod
-    def read(
-        self, shard: Shard, start: int, stop: int, columns: tuple[str, ...] | None, **storage
-    ) -> Records:
-        """The records of ``[start, stop)`` of ``shard``."""
+    def read(self, shard: Shard, start: int, stop: int, columns: tuple[str, ...] | None, opener) -> Records:
+        """The records of ``[start, stop)`` of ``shard``; ``opener`` (a zephon.io.remote.Opener)
+        opens files, local or remote."""
 
     def __repr__(self) -> str:
         return f"{self.name}" + (f"+{self.compression}" if self.compression else "")
-
-
-def open_binary(url: str, compression: str | None = None, **storage):
-    """An fsspec file object for ``url``, decompressing on the fly when asked."""
-    return fsspec.open(url, "rb", compression=compression, **storage).open()
 
 
 class LRU:

@@ -2,7 +2,8 @@
 
 A plain file is chunked by byte ranges from its size alone; a chunk owns the lines whose first
 byte lies inside its range, so every line belongs to exactly one chunk whatever the chunk size.
-A compressed file cannot be read from the middle, so it is one chunk.
+Reading a chunk costs one range request (two when its last line runs past the range). A
+compressed file cannot be read from the middle, so it is one chunk.
 """
 
 from __future__ import annotations
@@ -10,34 +11,31 @@ from __future__ import annotations
 import json
 
 from zephon.io.chunks import Shard, split_range
-from zephon.io.formats.base import DataError, Format, Records, open_binary
+from zephon.io.formats.base import DataError, Format, Records
 
-_BLOCK = 1 << 20
+_TAIL = 64 << 10  # read-ahead to finish a chunk's last line
 
 
 class _LineFormat(Format):
     unit = "bytes"
 
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
         if shard.size == 0:
             return []
         if self.compression:
             return [(0, shard.size)]
         return split_range(0, shard.size, chunk_bytes)
 
-    def read(self, shard, start, stop, columns, **storage) -> Records:
-        with open_binary(shard.url, self.compression, **storage) as f:
-            if self.compression:
-                first, data = 0, f.read()
-            else:
-                first, data = _owned_lines(f, start, stop)
+    def read(self, shard, start, stop, columns, opener) -> Records:
+        with opener.open(shard, self.compression) as f:
+            first, data = (0, f.read()) if self.compression else _owned_lines(f, start, stop)
         records = []
         for number, line in enumerate(data.split(b"\n")):
             if line.strip():
                 try:
                     records.append(self.parse(line, columns))
                 except (ValueError, UnicodeDecodeError) as e:
-                    lineno = _line_number(shard, first, storage) + number
+                    lineno = _line_number(shard, first, opener) + number
                     raise DataError(f"{shard.url}, line {lineno}: {e}") from None
         return records
 
@@ -74,27 +72,33 @@ class TextFormat(_LineFormat):
 
 def _owned_lines(f, start: int, stop: int) -> tuple[int, bytes]:
     """(first owned byte, bytes of the lines that start in ``[start, stop)``)."""
-    pos = start
-    if start > 0:
+    if start == 0:
+        first, data = 0, f.read(stop)
+    else:
         f.seek(start - 1)
-        if f.read(1) != b"\n":
-            pos = start + len(f.readline())  # the line under `start` belongs to the chunk before
-    if pos >= stop:
-        return pos, b""
-    f.seek(pos)
-    data = f.read(stop - pos)
-    if data and not data.endswith(b"\n"):
-        data += f.readline()  # complete the last line, which starts before `stop`
-    return pos, data
+        head = f.read(stop - start + 1)  # one byte before the range tells if a line starts at `start`
+        newline = head.find(b"\n")
+        if newline < 0 or newline == len(head) - 1:
+            return stop, b""  # no line starts inside the range
+        first, data = start + newline, head[newline + 1 :]
+    while data and not data.endswith(b"\n"):  # the last line starts inside: read it to its end
+        more = f.read(_TAIL)
+        if not more:
+            break
+        cut = more.find(b"\n")
+        data += more if cut < 0 else more[: cut + 1]
+        if cut >= 0:
+            break
+    return first, data
 
 
-def _line_number(shard: Shard, offset: int, storage: dict) -> int:
+def _line_number(shard: Shard, offset: int, opener) -> int:
     """1-based number of the line starting at byte ``offset`` (only on the error path)."""
     count = 0
-    with open_binary(shard.url, None, **storage) as f:
+    with opener.open(shard) as f:
         remaining = offset
         while remaining > 0:
-            block = f.read(min(_BLOCK, remaining))
+            block = f.read(min(1 << 20, remaining))
             if not block:
                 break
             count += block.count(b"\n")

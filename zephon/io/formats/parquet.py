@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.io.chunks import Shard, split_range
-from zephon.io.formats.base import LRU, Format, Records, open_binary
+from zephon.io.formats.base import LRU, Format, Records
 
 _FOOTERS = LRU(256)
 _ROW_GROUPS = LRU(4)
@@ -27,34 +27,34 @@ class ParquetFormat(Format):
     name = "parquet"
     unit = "rows"
 
-    def footer(self, shard: Shard, **storage) -> pq.FileMetaData:
-        key = (shard.url, shard.size)
+    def footer(self, shard: Shard, opener) -> pq.FileMetaData:
+        key = (shard.url, shard.size, shard.version)
         metadata = _FOOTERS.get(key)
         if metadata is None:
-            with open_binary(shard.url, **storage) as f:
+            with opener.open(shard) as f:
                 metadata = pq.ParquetFile(f).metadata
             _FOOTERS.put(key, metadata)
         return metadata
 
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, **storage) -> list[tuple[int, int]]:
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
         ranges = []
-        for start, stop in row_group_bounds(self.footer(shard, **storage)):
+        for start, stop in row_group_bounds(self.footer(shard, opener)):
             ranges += split_range(start, stop, chunk_size)
         return ranges
 
-    def read(self, shard, start, stop, columns, **storage) -> Records:
-        bounds = row_group_bounds(self.footer(shard, **storage))
+    def read(self, shard, start, stop, columns, opener) -> Records:
+        bounds = row_group_bounds(self.footer(shard, opener))
         group = next(i for i, (a, b) in enumerate(bounds) if a <= start < b)
-        table = self._row_group(shard, group, columns, storage)
+        table = self._row_group(shard, group, columns, opener)
         return table.slice(start - bounds[group][0], stop - start).to_pylist()
 
-    def _row_group(self, shard, group, columns, storage) -> pa.Table:
+    def _row_group(self, shard, group, columns, opener) -> pa.Table:
         # consecutive chunks of one row group usually land on the same worker: decode it once
-        key = (shard.url, shard.size, group, columns, threading.get_ident())
+        key = (shard.url, shard.size, shard.version, group, columns, threading.get_ident())
         table = _ROW_GROUPS.get(key)
         if table is None:
-            with open_binary(shard.url, **storage) as f:
-                pf = pq.ParquetFile(f, metadata=self.footer(shard, **storage))
+            with opener.open(shard) as f:
+                pf = pq.ParquetFile(f, metadata=self.footer(shard, opener))
                 table = pf.read_row_group(group, columns=list(columns) if columns else None)
             _ROW_GROUPS.put(key, table)
         return table

@@ -1,0 +1,146 @@
+"""A disk cache of remote file blocks: atomic, checksummed, shared by a node's processes.
+
+Remote files are read in aligned blocks of ``block_size`` bytes. A block is stored under a key
+made of the file's URL, size and version (ETag, blob id), so a changed file never hits a stale
+block. Each entry ends with the SHA-256 of its data: a damaged entry (truncated, corrupted) is
+detected on read, dropped and fetched again. Entries are written to a temporary file and renamed
+into place, so any number of processes may share the folder: readers see whole entries or none.
+When the folder outgrows ``max_bytes``, the least recently used entries are deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import threading
+import uuid
+from collections.abc import Callable
+
+_DIGEST = 32
+
+
+class BlockCache:
+    def __init__(self, directory: str, max_bytes: int, block_size: int):
+        self.directory, self.max_bytes, self.block_size = directory, max_bytes, block_size
+        os.makedirs(directory, exist_ok=True)
+        self._lock = threading.Lock()
+        self._written = 0  # bytes written by this process since its last size check
+        self.hits = self.misses = self.damaged = 0
+
+    def _path(self, url: str, size: int, version: str, block: int) -> str:
+        key = hashlib.sha256(f"{url}\0{size}\0{version}\0{self.block_size}\0{block}".encode()).hexdigest()
+        return os.path.join(self.directory, key[:2], key + ".blk")
+
+    def read(
+        self, url: str, size: int, version: str, start: int, stop: int, fetch: Callable[[int, int], bytes]
+    ) -> bytes:
+        """Bytes ``[start, stop)`` of the file; missing blocks come from ``fetch(a, b)``."""
+        if start >= stop:
+            return b""
+        first, last = start // self.block_size, (stop - 1) // self.block_size
+        blocks: dict[int, bytes] = {}
+        missing: list[int] = []
+        for b in range(first, last + 1):
+            data = self._load(self._path(url, size, version, b), self._block_len(b, size))
+            if data is None:
+                missing.append(b)
+            else:
+                blocks[b] = data
+        for run in _runs(missing):  # one request per run of consecutive missing blocks
+            a, z = run[0] * self.block_size, min(size, (run[-1] + 1) * self.block_size)
+            data = fetch(a, z)
+            if len(data) != z - a:
+                raise OSError(f"{url}: asked for bytes [{a}, {z}), got {len(data)} bytes")
+            for b in run:
+                part = data[(b - run[0]) * self.block_size : (b - run[0] + 1) * self.block_size]
+                blocks[b] = part
+                self._store(self._path(url, size, version, b), part)
+        joined = b"".join(blocks[b] for b in range(first, last + 1))
+        offset = start - first * self.block_size
+        return joined[offset : offset + stop - start]
+
+    def _block_len(self, block: int, size: int) -> int:
+        return min(self.block_size, size - block * self.block_size)
+
+    def _load(self, path: str, length: int) -> bytes | None:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            with self._lock:
+                self.misses += 1
+            return None
+        data, digest = raw[:-_DIGEST], raw[-_DIGEST:]
+        if len(data) != length or hashlib.sha256(data).digest() != digest:
+            with self._lock:
+                self.damaged += 1
+                self.misses += 1
+            _unlink(path)
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(path)  # recently used: evicted last
+        with self._lock:
+            self.hits += 1
+        return data
+
+    def _store(self, path: str, data: bytes) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.write(hashlib.sha256(data).digest())
+        os.replace(tmp, path)
+        with self._lock:
+            self._written += len(data) + _DIGEST
+            due = self._written >= max(self.block_size, self.max_bytes // 16)
+            if due:
+                self._written = 0
+        if due:
+            self.evict()
+
+    def evict(self) -> None:
+        """Delete the least recently used entries until the folder is under ``max_bytes``."""
+        with open(os.path.join(self.directory, ".evict.lock"), "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # another process is evicting
+            entries = []
+            for sub in os.scandir(self.directory):
+                if sub.is_dir():
+                    for e in os.scandir(sub.path):
+                        if e.name.endswith(".blk"):
+                            st = e.stat()
+                            entries.append((st.st_mtime, st.st_size, e.path))
+            total = sum(size for _, size, _ in entries)
+            for _, size, path in sorted(entries):
+                if total <= self.max_bytes:
+                    break
+                _unlink(path)
+                total -= size
+
+    def size(self) -> int:
+        return sum(
+            e.stat().st_size
+            for sub in os.scandir(self.directory)
+            if sub.is_dir()
+            for e in os.scandir(sub.path)
+            if e.name.endswith(".blk")
+        )
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _runs(blocks: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for b in blocks:
+        if runs and runs[-1][-1] == b - 1:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    return runs
