@@ -1,13 +1,48 @@
-"""Shared fixtures: the real GPT-2 tokenizer, and small synthetic corpora in every format."""
+"""Shared fixtures: the real GPT-2 tokenizer, small synthetic corpora, a fake Hugging Face hub
+and a real S3 API (moto) on 127.0.0.1.
+
+huggingface_hub reads HF_ENDPOINT when it is imported, so the fake hub is started and the
+environment set here, at import time: pytest imports this file before any test module.
+"""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import sys
+import tempfile
 
 import pytest
 
-from zephon import Dataset, Pipeline
-from zephon.testing import gpt2_tokenizer_dir, synthetic_documents, write_jsonl
+from zephon.testing.fakehub import FakeHub
+
+if "huggingface_hub" in sys.modules or "datasets" in sys.modules:
+    raise RuntimeError("huggingface_hub was imported before the fake hub's HF_ENDPOINT was set")
+
+_TMP = tempfile.mkdtemp(prefix="zephon-tests-")
+os.makedirs(os.path.join(_TMP, "hub"))
+HUB = FakeHub(os.path.join(_TMP, "hub")).start()
+os.environ.update(
+    HF_ENDPOINT=HUB.endpoint,
+    HF_HOME=os.path.join(_TMP, "hf_home"),
+    HF_HUB_OFFLINE="0",
+    HF_DATASETS_OFFLINE="0",
+    HF_HUB_DISABLE_TELEMETRY="1",
+    HF_HUB_DISABLE_IMPLICIT_TOKEN="1",
+    HF_HUB_DISABLE_PROGRESS_BARS="1",
+    HF_HUB_ETAG_TIMEOUT="5",
+    HF_HUB_DOWNLOAD_TIMEOUT="5",
+    AWS_ACCESS_KEY_ID="testing",
+    AWS_SECRET_ACCESS_KEY="testing",
+    AWS_DEFAULT_REGION="us-east-1",
+)
+for _name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+    os.environ.pop(_name, None)
+atexit.register(lambda: (HUB.stop(), shutil.rmtree(_TMP, ignore_errors=True)))
+
+from zephon import Dataset, Pipeline  # noqa: E402
+from zephon.testing import gpt2_tokenizer_dir, synthetic_documents, write_jsonl  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -56,3 +91,33 @@ def make_rank(corpus, gpt2):
         )
 
     return make
+
+
+@pytest.fixture(scope="session")
+def hub() -> FakeHub:
+    """The fake hub, with the example repos of zephon.testing.hubdata (real text)."""
+    from zephon.testing.hubdata import populate_hub
+
+    if not os.path.exists(os.path.join(HUB.root, "datasets")):
+        populate_hub(str(HUB.root))
+    return HUB
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """moto's S3 server on 127.0.0.1 with bucket ``corpus``: (server, storage_options)."""
+    import boto3
+
+    from zephon.testing.fakes3 import CountingMotoServer
+
+    server = CountingMotoServer(port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="corpus")
+    storage = {
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        "skip_instance_cache": True,
+    }
+    yield server, storage
+    server.stop()

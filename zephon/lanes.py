@@ -18,7 +18,7 @@ from zephon.ops import Operator
 from zephon.ops.containers import sum_counters
 from zephon.runners import Runner
 from zephon.state import LaneState
-from zephon.work import Cursor, LanePlan
+from zephon.work import Cursor, LanePlan, Pending, Work
 
 
 @dataclass(slots=True)
@@ -49,15 +49,23 @@ class Chain:
 
 
 class Stage:
-    """An operator (or a fused chain of stateless ones) with the executor that runs its work."""
+    """An operator (or a fused chain of stateless ones) with the executor that runs its work.
 
-    def __init__(self, ops: list[Operator], runner: Runner, dataset_names: list[str]):
-        self.ops = ops
+    The first stage takes :class:`Work` and reports each chunk's actual units (``units(result)``)
+    back to the work source, which mixes by them.
+    """
+
+    def __init__(self, ops: list[Operator], runner: Runner, dataset_names: list[str], units=None):
+        self.ops, self.units = ops, units
         self.stateless = ops[0].stateless
         self.work = Chain(ops, dataset_names) if self.stateless else ops[0].work
         parallelism = max(op.parallelism for op in ops)
         self.executor = runner.executor(self.work, parallelism)
         self.lookahead = max(1, 2 * parallelism)
+
+    def _report(self, pending: Pending, future) -> None:
+        ok = not future.cancelled() and future.exception() is None
+        pending.set(self.units(future.result()) if ok else 0)  # on failure the error surfaces in order
 
     def run(self, lane: int, window: int, upstream: Iterator) -> Iterator:
         op = self.ops[0]
@@ -68,7 +76,13 @@ class Stage:
         def submit(units):
             nonlocal pending
             for unit in units:
-                inflight.append((self.executor.submit(unit), None, pending))
+                if isinstance(unit, Work):
+                    future = self.executor.submit(unit.chunk)
+                    if unit.pending is not None:
+                        future.add_done_callback(lambda f, p=unit.pending: self._report(p, f))
+                else:
+                    future = self.executor.submit(unit)
+                inflight.append((future, None, pending))
                 pending = {}
 
         for message in upstream:
@@ -105,14 +119,14 @@ def _result(entry):
 
 
 def window_messages(plan: LanePlan, lane: int, start: LaneState, flush_every: int) -> Iterator:
-    """The lane's chunks from the start of ``start.window``, with a Flush after each window."""
-    window, count = start.window, 0
-    for chunk, cursor in plan.chunks(lane, start.cursor):
-        yield chunk
+    """The lane's work from the start of ``start.window``, with a Flush after each window."""
+    window, count, source = start.window, 0, plan.lane(lane, start.cursor)
+    for work in source:
+        yield work
         count += 1
         if count % flush_every == 0:
             window += 1
-            yield Flush(window, cursor)
+            yield Flush(window, source.cursor())
     if count % flush_every:
         yield Flush(window + 1, None)
 

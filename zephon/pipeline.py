@@ -18,7 +18,7 @@ from zephon.ops.containers import sum_counters
 from zephon.options import Options
 from zephon.runners import Prefetcher, get_runner, thread_map
 from zephon.state import VERSION, LaneState, check_version, diff
-from zephon.work import DatasetWorkSource, LanePlan, PlanContext, StaticMixtureWorkSource
+from zephon.work import Cursor, DatasetWorkSource, LanePlan, PlanContext, StaticMixtureWorkSource
 
 PLAN_VERSION = 1  # bump when the planning or packing algorithms change what a recipe yields
 
@@ -143,7 +143,8 @@ class Pipeline:
                 groups[-1].append(op)
             else:
                 groups.append([op])
-        return [Stage(group, runner, names) for group in groups]
+        units = _token_units if self.source.unit == "tokens" else _record_units
+        return [Stage(group, runner, names, units if i == 0 else None) for i, group in enumerate(groups)]
 
     def _ensure_plan(self, first: Stage) -> LanePlan:
         if self._plan is None:
@@ -152,7 +153,7 @@ class Pipeline:
                 futures = [first.executor.submit(c) for c in chunks]
                 for f in futures:
                     docs = f.result()
-                    yield len(docs) + docs.counters.get("empty_documents", 0), len(docs.tokens)
+                    yield _record_units(docs), _token_units(docs)
 
             ctx = PlanContext(
                 num_lanes=self._options.num_lanes,
@@ -171,7 +172,7 @@ class Pipeline:
     def _lane_states(self) -> dict[int, LaneState]:
         if self._lanes is None:
             n = len(self.source.datasets)
-            self._lanes = {lane: LaneState.start(_start_cursor(n), n) for lane in self.owned_lanes}
+            self._lanes = {lane: LaneState.start(Cursor.start(n), n) for lane in self.owned_lanes}
         return self._lanes
 
     # -- state ------------------------------------------------------------------------------
@@ -220,10 +221,14 @@ class Pipeline:
         }
 
 
-def _start_cursor(num_datasets: int):
-    from zephon.work import Cursor
+def _token_units(docs) -> int:
+    """Tokens the pipeline delivers of a chunk: what token ratios count (EOS/BOS included)."""
+    return len(docs.tokens)
 
-    return Cursor([0] * num_datasets, [0.0] * num_datasets)
+
+def _record_units(docs) -> int:
+    """Records the pipeline keeps of a chunk (after filters): what sample ratios count."""
+    return len(docs) + docs.counters.get("empty_documents", 0)
 
 
 class _Run:

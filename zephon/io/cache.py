@@ -26,6 +26,7 @@ class BlockCache:
         self.directory, self.max_bytes, self.block_size = directory, max_bytes, block_size
         os.makedirs(directory, exist_ok=True)
         self._lock = threading.Lock()
+        self._fetching = [threading.Lock() for _ in range(64)]  # one fetch per block per process
         self._written = 0  # bytes written by this process since its last size check
         self.hits = self.misses = self.damaged = 0
 
@@ -40,14 +41,28 @@ class BlockCache:
         if start >= stop:
             return b""
         first, last = start // self.block_size, (stop - 1) // self.block_size
-        blocks: dict[int, bytes] = {}
-        missing: list[int] = []
-        for b in range(first, last + 1):
-            data = self._load(self._path(url, size, version, b), self._block_len(b, size))
-            if data is None:
-                missing.append(b)
-            else:
-                blocks[b] = data
+        paths = {b: self._path(url, size, version, b) for b in range(first, last + 1)}
+        blocks = {b: self._load(p, self._block_len(b, size)) for b, p in paths.items()}
+        if any(data is None for data in blocks.values()):
+            stripes = sorted({hash(paths[b]) % len(self._fetching) for b, d in blocks.items() if d is None})
+            for i in stripes:
+                self._fetching[i].acquire()
+            try:
+                missing = []
+                for b in sorted(blocks):
+                    if blocks[b] is None:  # another thread may have fetched it meanwhile
+                        blocks[b] = self._load(paths[b], self._block_len(b, size), count=False)
+                        if blocks[b] is None:
+                            missing.append(b)
+                self._fetch_runs(missing, blocks, paths, url, size, fetch)
+            finally:
+                for i in stripes:
+                    self._fetching[i].release()
+        joined = b"".join(blocks[b] for b in range(first, last + 1))
+        offset = start - first * self.block_size
+        return joined[offset : offset + stop - start]
+
+    def _fetch_runs(self, missing, blocks, paths, url, size, fetch) -> None:
         for run in _runs(missing):  # one request per run of consecutive missing blocks
             a, z = run[0] * self.block_size, min(size, (run[-1] + 1) * self.block_size)
             data = fetch(a, z)
@@ -56,34 +71,35 @@ class BlockCache:
             for b in run:
                 part = data[(b - run[0]) * self.block_size : (b - run[0] + 1) * self.block_size]
                 blocks[b] = part
-                self._store(self._path(url, size, version, b), part)
-        joined = b"".join(blocks[b] for b in range(first, last + 1))
-        offset = start - first * self.block_size
-        return joined[offset : offset + stop - start]
+                self._store(paths[b], part)
 
     def _block_len(self, block: int, size: int) -> int:
         return min(self.block_size, size - block * self.block_size)
 
-    def _load(self, path: str, length: int) -> bytes | None:
+    def _load(self, path: str, length: int, count: bool = True) -> bytes | None:
         try:
             with open(path, "rb") as f:
                 raw = f.read()
         except FileNotFoundError:
-            with self._lock:
-                self.misses += 1
+            self._count(misses=count)
             return None
         data, digest = raw[:-_DIGEST], raw[-_DIGEST:]
         if len(data) != length or hashlib.sha256(data).digest() != digest:
-            with self._lock:
-                self.damaged += 1
-                self.misses += 1
+            self._count(misses=count, damaged=True)
             _unlink(path)
             return None
         with contextlib.suppress(FileNotFoundError):
             os.utime(path)  # recently used: evicted last
-        with self._lock:
-            self.hits += 1
+        self._count(hits=True)
         return data
+
+    def _count(self, hits: bool = False, misses: bool = False, damaged: bool = False) -> None:
+        with self._lock:
+            self.hits, self.misses, self.damaged = (
+                self.hits + hits,
+                self.misses + misses,
+                self.damaged + damaged,
+            )
 
     def _store(self, path: str, data: bytes) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)

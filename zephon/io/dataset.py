@@ -13,7 +13,7 @@ from fsspec.utils import get_protocol
 from zephon.io import hub
 from zephon.io.chunks import Chunk, ChunkTable, Shard
 from zephon.io.formats import Format, Records, format_for, split_suffix
-from zephon.io.remote import IOConfig, Opener, RetryPolicy, retrying
+from zephon.io.remote import IOConfig, Opener, RetryPolicy, is_transient, retrying
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 EXHAUSTED = ("stop", "repeat")
@@ -153,7 +153,9 @@ def _find(fs, root: str) -> dict | None:
         return {p: i for p, i in fs.glob(root, detail=True).items() if i["type"] == "file"}
     try:
         info = fs.info(root)
-    except FileNotFoundError:
+    except FileNotFoundError as e:
+        if is_transient(e):  # "not found" because the host could not be reached
+            raise
         return None
     if info["type"] == "directory":
         return {p: i for p, i in fs.find(root, detail=True).items() if split_suffix(p)[0]}

