@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -102,3 +104,15 @@ def test_too_few_chunks_for_the_lanes_is_explained(tmp_path, gpt2):
     pipeline = Pipeline(ds).options(num_lanes=8).tokenize(gpt2).pack_flat(8).batch(1)
     with pytest.raises(ValueError, match=r"has 1 chunks for 8 lanes.*lower chunk_size"):
         drain(pipeline, 1)
+
+
+def test_a_packed_row_tells_which_dataset_each_span_came_from(two_corpora, gpt2):
+    source = StaticMixtureWorkSource(list(two_corpora), {"short": 1, "long": 1}, seed=1)
+    pipeline = Pipeline(source).options(chunk_size=5, chunk_bytes=300).tokenize(gpt2).pack_flat(512).batch(1)
+    batches = drain(pipeline, 30)
+    mixed = [b for b in batches if len({d for d, _, _ in b.source_spans(0) if d >= 0}) == 2]
+    assert mixed, "some rows should hold documents of both datasets"
+    spans = mixed[0].source_spans(0)
+    assert spans[0][1] == 0 and spans[-1][2] == 513
+    assert all(a[2] == b[1] and a[0] != b[0] for a, b in itertools.pairwise(spans))
+    assert pipeline.dataset_names == ["short", "long"]

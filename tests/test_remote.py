@@ -257,3 +257,63 @@ def test_second_pass_over_cached_s3_data_reads_zero_remote_bytes(s3_corpus, gpt2
     again = sum(r[4] for r in server.log if r[0] == "GET" and "verses.jsonl" in r[1])
     print(f"\nS3 object bytes read: first pass {first_bytes}, second pass {again}")
     assert first_bytes > 0 and again == 0 and second == first
+
+
+# -- the engine's guarantees with remote sources ----------------------------------------------
+
+
+def test_elastic_resume_with_hub_and_s3_sources_and_a_token_mixture(hub, s3_corpus, gpt2, tmp_path):
+    from zephon import Pipeline, StaticMixtureWorkSource, TokenEstimation
+    from zephon.testing import run_job
+
+    _, storage, _ = s3_corpus
+    cache = {"cache": {"enabled": True, "dir": str(tmp_path / "cache"), "block_size": 1 << 16}}
+
+    def make(d, r):
+        datasets = [
+            Dataset.from_path("hub_code", "hf://acme/code/train", exhausted="repeat"),
+            Dataset.from_path(
+                "s3_bible", "s3://corpus/bible/verses.jsonl", storage_options=storage, exhausted="repeat"
+            ),
+        ]
+        source = StaticMixtureWorkSource(
+            datasets, {"hub_code": 0.5, "s3_bible": 0.5}, token_estimation=TokenEstimation(4), seed=2
+        )
+        return (
+            Pipeline(source)
+            .options(
+                num_lanes=4, dp_rank=r, dp_world_size=d, chunk_size=10, chunk_bytes=1 << 15, io_options=cache
+            )
+            .tokenize(gpt2, parallelism=2)
+            .pack_flat(256)
+            .shuffle(8, seed=3)
+            .batch(2)
+        )
+
+    baseline, _ = run_job(make, 1, 10, 1)
+    first, state = run_job(make, 4, 4, 1)
+    rest, _ = run_job(make, 2, 6, 1, state=state)
+    assert {**first, **rest} == baseline
+
+
+def test_transient_errors_are_retried_and_permanent_ones_are_not():
+    from zephon.io.remote import RetryPolicy, retrying
+
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionResetError("peer reset")
+        return "ok"
+
+    assert retrying("s3://b/k", flaky, RetryPolicy(attempts=5, backoff=0.01)) == "ok" and len(calls) == 3
+
+    def missing():
+        calls.append(1)
+        raise FileNotFoundError("nope")
+
+    calls.clear()
+    with pytest.raises(FileNotFoundError, match="s3://b/k: not found"):
+        retrying("s3://b/k", missing, RetryPolicy(attempts=5, backoff=0.01))
+    assert len(calls) == 1

@@ -35,6 +35,15 @@ class Batch:
             "positions": self.positions[:, :-1].astype(np.int64),
         }
 
+    def source_spans(self, row: int) -> list[tuple[int, int, int]]:
+        """Provenance of one packed row: ``(dataset index, start, stop)`` for each run of tokens
+        from one dataset, padding (-1) included; indices into ``Pipeline.dataset_names``."""
+        src = self.sources[row]
+        edges = np.flatnonzero(np.diff(src)) + 1
+        starts = np.concatenate([[0], edges])
+        stops = np.concatenate([edges, [len(src)]])
+        return [(int(src[a]), int(a), int(b)) for a, b in zip(starts, stops, strict=True)]
+
     def tokens_per_dataset(self, num_datasets: int) -> np.ndarray:
         """Delivered tokens of each dataset in this batch (padding excluded)."""
         src = self.sources[self.sources >= 0]

@@ -104,6 +104,11 @@ class Pipeline:
         return self._ops
 
     @property
+    def dataset_names(self) -> list[str]:
+        """Dataset names in index order: what ``Batch.sources`` values refer to."""
+        return [d.name for d in self.source.datasets]
+
+    @property
     def owned_lanes(self) -> list[int]:
         return self._options.owned_lanes()
 
