@@ -39,6 +39,9 @@ class TextTokenizer(ABC):
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text, without special tokens."""
 
+    @abstractmethod
+    def decode(self, ids: list[int]) -> str: ...
+
 
 class HFTokenizer(TextTokenizer):
     """A Hugging Face ``tokenizers`` tokenizer from a ``tokenizer.json``."""
@@ -66,6 +69,9 @@ class HFTokenizer(TextTokenizer):
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         fast = getattr(self.backend, "encode_batch_fast", None) or self.backend.encode_batch
         return [e.ids for e in fast(texts, add_special_tokens=False)]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.backend.decode(ids, skip_special_tokens=False)
 
     def _special(self, configured, fallbacks: tuple[str, ...]) -> int | None:
         if isinstance(configured, dict):
@@ -111,6 +117,9 @@ class TiktokenTokenizer(TextTokenizer):
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self.encoding.encode_ordinary_batch(texts)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.encoding.decode(ids)
 
 
 _LOADED: dict[str, TextTokenizer] = {}

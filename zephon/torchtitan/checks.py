@@ -1,0 +1,40 @@
+"""Launch-time checks: each a ValueError that names the numbers to change, before step 1."""
+
+from __future__ import annotations
+
+
+def check_batch_geometry(
+    *, num_lanes: int, dp_world_size: int, local_batch_size: int, global_batch_size: int
+) -> int:
+    """Batches each lane gives to one optimizer step; raises if the numbers don't fit."""
+    if num_lanes % dp_world_size:
+        raise ValueError(
+            f"the data-parallel size is {dp_world_size} but the recipe has num_lanes = {num_lanes}: "
+            f"every rank must own the same number of lanes, so num_lanes must be a multiple of the "
+            f"DP size. Use a DP size among {[d for d in range(1, num_lanes + 1) if num_lanes % d == 0]}, "
+            "or change num_lanes (that starts a new data order)"
+        )
+    per_step = num_lanes * local_batch_size
+    if global_batch_size <= 0:
+        raise ValueError(
+            "set training.global_batch_size: it decides which data makes each step and must stay "
+            f"the same on any number of GPUs (a multiple of num_lanes {num_lanes} x "
+            f"training.local_batch_size {local_batch_size} = {per_step})"
+        )
+    if global_batch_size % per_step:
+        raise ValueError(
+            f"training.global_batch_size = {global_batch_size} does not split evenly across "
+            f"num_lanes {num_lanes} x training.local_batch_size {local_batch_size} = {per_step}: "
+            f"use a multiple of {per_step} (e.g. {(global_batch_size // per_step + 1) * per_step}), or "
+            "change training.local_batch_size or num_lanes"
+        )
+    return global_batch_size // per_step
+
+
+def check_vocab(tokenizer_vocab: int, model_vocab: int, tokenizer_id: str) -> None:
+    if tokenizer_vocab > model_vocab:
+        raise ValueError(
+            f"the recipe's tokenizer {tokenizer_id!r} has {tokenizer_vocab} tokens but the model's "
+            f"vocabulary has {model_vocab}: use a tokenizer that fits, or a model with a vocabulary "
+            f"of at least {tokenizer_vocab}"
+        )

@@ -1,0 +1,125 @@
+"""Running TorchTitan 0.3.0 on CPU with gloo (for tests and demos). Inert where CUDA exists.
+
+What it takes, and why (each is the smallest change that works):
+
+1. Device: TorchTitan computes ``device_type = _get_available_device_type() or "cuda"`` when
+   ``torchtitan.tools.utils`` is imported, which is "cuda" on a CPU-only build. While that module
+   is imported, torch is made to answer "cpu" and a device module that has the few CUDA-style
+   calls TorchTitan makes (memory stats, device name, ``current_device() == 0`` for barriers).
+   ``init_process_group`` then picks gloo.
+2. Summed FSDP reductions: TorchTitan sets FSDP's gradient divide factor to 1, so torch reduces
+   with ``PREMUL_SUM``, which gloo lacks; forcing plain SUM is the same math.
+3. Config switches (:func:`configure`): SDPA instead of FlexAttention (no FlexAttention backward
+   on CPU; SDPA masks causally, not per document), the ``partial_dtensor`` SPMD backend (the
+   default ``spmd_types`` fails in FSDP with DP > 1 on this torch), no CUDA graphs.
+
+Independent of the device: torch 2.13 lacks ``torch.distributed.set_timeout``, which TorchTitan
+calls after step 1; its private twin ``_set_pg_timeout`` (same signature) stands in.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import torch
+
+_INSTALLED = False
+
+
+def on_cpu() -> bool:
+    return not torch.cuda.is_available()
+
+
+class _CpuDeviceModule(types.ModuleType):
+    """``torch.cpu`` plus the CUDA-style calls TorchTitan makes on its device module."""
+
+    def __getattr__(self, name):
+        return getattr(torch.cpu, name)
+
+    @staticmethod
+    def current_device():
+        return 0
+
+    @staticmethod
+    def get_device_name(device=None):
+        return "cpu"
+
+    @staticmethod
+    def get_device_properties(device=None):
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # memory stats read as 0
+        return types.SimpleNamespace(name="cpu", total_memory=memory)
+
+    @staticmethod
+    def memory_stats(device=None):
+        return {}
+
+    @staticmethod
+    def reset_peak_memory_stats(device=None):
+        return None
+
+    @staticmethod
+    def empty_cache():
+        return None
+
+
+def install() -> None:
+    """Call before TorchTitan is imported (``import zephon.torchtitan`` does)."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    _INSTALLED = True
+    import torch.distributed as dist
+
+    if not hasattr(dist, "set_timeout"):
+        dist.set_timeout = dist.distributed_c10d._set_pg_timeout
+    if not on_cpu():
+        return
+    if "torchtitan.tools.utils" in sys.modules:
+        raise RuntimeError("import zephon.torchtitan before torchtitan, so that it can run on CPU")
+    _select_cpu_device()
+    _force_summed_fsdp_reductions()
+
+
+def _select_cpu_device() -> None:
+    import torch._utils as tu
+
+    module = _CpuDeviceModule("zephon_cpu_device")
+    saved = tu._get_available_device_type, tu._get_device_module
+    tu._get_available_device_type, tu._get_device_module = (lambda: "cpu"), (lambda device_type=None: module)
+    try:
+        import torchtitan.tools.utils as tt_utils
+    finally:
+        tu._get_available_device_type, tu._get_device_module = saved
+    assert tt_utils.device_type == "cpu", tt_utils.device_type
+
+
+def _force_summed_fsdp_reductions() -> None:
+    import torchtitan.distributed.fsdp as tt_fsdp
+    from torch.distributed.fsdp import FSDPModule
+
+    original = tt_fsdp.disable_fsdp_gradient_division
+
+    def divide_by_one_with_sum(model):
+        original(model)
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.set_force_sum_reduction_for_comms(True)
+
+    tt_fsdp.disable_fsdp_gradient_division = divide_by_one_with_sum
+
+
+def configure(config) -> None:
+    """The config switches CPU needs (see the module docstring); nothing on GPUs."""
+    if not on_cpu():
+        return
+    from torchtitan.models.common.attention import FlexAttention, ScaledDotProductAttention
+
+    config.parallelism.spmd_backend = "partial_dtensor"
+    config.training.disable_cuda_graphs = True
+    for _, _, parent, attr in list(config.model_spec.model.traverse(FlexAttention.Config)):
+        if isinstance(parent, list):
+            parent[attr] = ScaledDotProductAttention.Config()
+        else:
+            setattr(parent, attr, ScaledDotProductAttention.Config())

@@ -1,0 +1,170 @@
+"""`ZephonDataLoader`: TorchTitan's dataloader slot, filled by a zephon recipe.
+
+TorchTitan builds it with the rank's ``dp_rank``/``dp_world_size`` and its ``seq_len`` and
+``local_batch_size``. Every batch it yields is one zephon microbatch of ``local_batch_size``
+rows from one lane: a global step of ``G`` sequences takes ``G / (num_lanes * local_batch_size)``
+batches from every lane, whatever the DP size, so the step's global batch is the same on any
+number of ranks.
+
+Checkpoint state goes into TorchTitan's DCP checkpoint as one key per lane (``lane_00003``) plus
+``meta`` (recipe fingerprint, global batch size), each a single JSON string: each rank saves the
+lanes it owns, and a job resumed on any allowed DP size asks for exactly the lanes it now owns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+import torch
+from torchtitan.components.dataloader import BaseDataLoader
+
+from zephon import merge_states
+from zephon.batch import global_step_digest
+from zephon.state import diff
+from zephon.torchtitan.checks import check_batch_geometry
+from zephon.torchtitan.digests import StepDigestWriter
+from zephon.torchtitan.recipe import build_pipeline, load_recipe
+
+log = logging.getLogger(__name__)
+
+
+class ZephonDataLoader(BaseDataLoader):
+    @dataclass(kw_only=True, slots=True)
+    class Config(BaseDataLoader.Config):
+        recipe: str = "zephon_recipes/debug.toml"
+        """The data recipe (zephon_recipes/*.toml)."""
+        num_lanes: int | None = None
+        """Override the recipe's num_lanes (shapes the data)."""
+        seed: int | None = None
+        """Override the recipe's seed (shapes the data)."""
+        runner: str | None = None
+        """Override the recipe's runner: inline, thread or process (performance only)."""
+        parallelism: int | None = None
+        """Override the recipe's tokenizer parallelism (performance only)."""
+        prefetch: int | None = None
+        """Override the recipe's prefetch (performance only)."""
+        global_batch_size: int = -1
+        """Set from training.global_batch_size by zephon's job config; checked at launch."""
+        digest_file: str = ""
+        """Where rank 0 appends each step's global batch digest (JSON lines); empty: off."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        dp_world_size: int,
+        dp_rank: int,
+        tokenizer=None,
+        seq_len: int,
+        local_batch_size: int,
+        snapshot_every_n_steps: int | None = None,
+        **kwargs,
+    ):
+        self.config = config
+        overrides = {
+            "recipe": {k: getattr(config, k) for k in ("num_lanes", "seed", "runner", "prefetch")},
+            "tokenizer": {"parallelism": config.parallelism},
+        }
+        self.recipe = load_recipe(config.recipe, overrides)
+        self.global_batch_size = config.global_batch_size
+        self.per_lane = check_batch_geometry(
+            num_lanes=self.recipe.num_lanes,
+            dp_world_size=dp_world_size,
+            local_batch_size=local_batch_size,
+            global_batch_size=config.global_batch_size,
+        )
+        self.pipeline = build_pipeline(
+            self.recipe, dp_rank=dp_rank, dp_world_size=dp_world_size, seq_len=seq_len,
+            microbatch_size=local_batch_size,
+        )  # fmt: skip
+        self.dp_rank, self.dp_world_size = dp_rank, dp_world_size
+        self.digests = StepDigestWriter(config.digest_file, dp_world_size) if config.digest_file else None
+
+    # -- batches ----------------------------------------------------------------------------
+
+    def __iter__(self):
+        per_step = self.per_lane * len(self.pipeline.owned_lanes)  # this rank's batches per step
+        step_batches = []
+        for batch in self.pipeline:
+            t = batch.to_training()
+            inputs = {
+                "input": torch.from_numpy(t["input_ids"]),
+                "positions": torch.from_numpy(t["positions"]),
+            }
+            step_batches.append((batch.lane, batch.index, batch.digest()))
+            if len(step_batches) == per_step:
+                if self.digests is not None:  # every rank gets here at the same microbatch
+                    self.digests.write(batch.index // self.per_lane + 1, step_batches)
+                step_batches = []
+            yield inputs, torch.from_numpy(t["labels"])
+
+    # -- checkpoint state -------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, str]:
+        state = self.pipeline.state_dict()
+        meta = {k: v for k, v in state.items() if k != "lanes"}
+        meta["global_batch_size"] = self.global_batch_size
+        out = {"meta": json.dumps(meta, sort_keys=True)}
+        out.update({_lane_key(lane): json.dumps(value) for lane, value in state["lanes"].items()})
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, str]) -> None:
+        if "meta" not in state_dict:
+            raise ValueError(
+                "the checkpoint holds no zephon dataloader state (was it made with another loader?)"
+            )
+        meta = json.loads(state_dict["meta"])
+        saved_batch = meta.pop("global_batch_size", None)
+        if saved_batch != self.global_batch_size:
+            raise ValueError(
+                f"training.global_batch_size was {saved_batch} when the checkpoint was made and is "
+                f"{self.global_batch_size} now: it decides which data makes each step, keep it"
+            )
+        changes = diff(meta.get("fingerprint"), self.pipeline.fingerprint())
+        if changes:
+            named = "; ".join(_readable(c) for c in changes)
+            raise ValueError(
+                f"the data recipe changed since the checkpoint; changed: {named}. Resume with the "
+                "recipe the checkpoint was made with, or start a new run"
+            )
+        lanes = {
+            str(int(k[len("lane_") :])): json.loads(v) for k, v in state_dict.items() if k.startswith("lane_")
+        }
+        self.pipeline.load_state_dict(merge_states([{**meta, "lanes": lanes}]))
+
+
+def _lane_key(lane: str | int) -> str:
+    return f"lane_{int(lane):05d}"
+
+
+_NAMES = {
+    "options.num_lanes": "[recipe] num_lanes",
+    "options.flush_every": "[recipe] flush_every",
+    "options.chunk_size": "[recipe] chunk_size",
+    "options.chunk_bytes": "[recipe] chunk_bytes",
+    "source.seed": "[recipe] seed",
+    "source.mixture": "[[datasets]] weight",
+    "source.mixture_unit": "[mixture] unit",
+}
+
+
+def _readable(change: str) -> str:
+    """A fingerprint path in the recipe's words, e.g. operators[1].max_length -> seq_len."""
+    path = change.split(":", 1)[0]
+    for prefix, name in _NAMES.items():
+        if path.startswith(prefix):
+            return f"{name} ({change})"
+    if path.endswith(".max_length"):
+        return f"training.seq_len / [packing] max_length ({change})"
+    if path.endswith(".microbatch_size"):
+        return f"training.local_batch_size ({change})"
+    if path.endswith(".tokenizer"):
+        return f"[tokenizer] id ({change})"
+    if path.startswith("source.datasets"):
+        return f"[[datasets]] ({change})"
+    return change
+
+
+__all__ = ["ZephonDataLoader", "global_step_digest"]

@@ -1,0 +1,212 @@
+"""TOML job configs for TorchTitan 0.3.0, whose own configs are Python (`Trainer.Config`).
+
+A job config names a TorchTitan model config and overrides its sections::
+
+    [model]
+    module = "llama3"                # a TorchTitan model family, or a dotted registry module
+    config = "llama3_debugmodel"     # the registry function
+    [job]
+    dump_folder = "./outputs/run"    # top-level Trainer.Config fields
+    [training]                       # any Trainer.Config section, under TorchTitan's CLI names
+    steps = 100
+    [data]
+    recipe = "zephon_recipes/debug.toml"
+    digests = true                   # write <dump_folder>/batch_digests.jsonl
+    runner = "process"               # optional overrides: num_lanes, seed, runner,
+                                     # parallelism, prefetch
+
+``--job.config_file FILE`` selects it; ``--section.field`` on the command line still applies on
+top (precedence: command line > TOML > TorchTitan's registry function).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from typing import Any
+
+from torchtitan.config import ConfigManager
+
+from zephon.torchtitan import cpu
+from zephon.torchtitan.checks import check_batch_geometry, check_vocab
+from zephon.torchtitan.dataloader import ZephonDataLoader
+from zephon.torchtitan.recipe import load_recipe
+from zephon.torchtitan.tokenizer import ZephonTokenizer
+
+RESERVED = {"model_spec", "dataloader", "tokenizer"}  # set by zephon, not by the job's sections
+DATA_KEYS = {"recipe", "digests", "num_lanes", "seed", "runner", "parallelism", "prefetch"}
+
+
+class ZephonConfigManager(ConfigManager):
+    """TorchTitan's ConfigManager, reading ``--job.config_file`` TOML and wiring zephon in."""
+
+    def _load_config(self, args: list[str]) -> tuple[object, list[str]]:
+        path, rest = _pop_option(args, "--job.config_file")
+        if path is None:
+            raise ValueError("give the job config: --job.config_file train_configs/NAME.toml")
+        job = read_job(path)
+        model = job.get("model", {})
+        base = []
+        for key in ("module", "config"):
+            if not any(a == f"--{key}" or a.startswith(f"--{key}=") for a in rest):
+                if key not in model:
+                    raise ValueError(
+                        f"job config {path}: [model] needs {key} = ... (e.g. llama3 / llama3_debugmodel)"
+                    )
+                base += [f"--{key}", str(model[key])]
+        config, remaining = super()._load_config(base + rest)
+        apply_job(config, job, path)
+        return config, remaining
+
+    def parse_args(self, args: list[str] | None = None):
+        config = super().parse_args(args)
+        finish(config)
+        return config
+
+
+def _pop_option(args: list[str], name: str) -> tuple[str | None, list[str]]:
+    value, rest, i = None, [], 0
+    while i < len(args):
+        if args[i] == name and i + 1 < len(args):
+            value, i = args[i + 1], i + 2
+        elif args[i].startswith(name + "="):
+            value, i = args[i].split("=", 1)[1], i + 1
+        else:
+            rest.append(args[i])
+            i += 1
+    return value, rest
+
+
+def read_job(path: str) -> dict[str, Any]:
+    if not os.path.isfile(path):
+        raise ValueError(f"job config {path} not found (job configs live in train_configs/)")
+    with open(path, "rb") as f:
+        try:
+            job = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"job config {path}: {e}") from None
+    if "data" not in job or "recipe" not in job["data"]:
+        raise ValueError(f'job config {path}: add [data] recipe = "zephon_recipes/NAME.toml"')
+    unknown = sorted(set(job["data"]) - DATA_KEYS)
+    if unknown:
+        raise ValueError(
+            f"job config {path}: unknown key(s) {unknown} in [data]; valid keys: {sorted(DATA_KEYS)}"
+        )
+    unknown = sorted(set(job["model"]) - {"module", "config"}) if "model" in job else []
+    if unknown:
+        raise ValueError(
+            f"job config {path}: unknown key(s) {unknown} in [model]; valid keys: ['config', 'module']"
+        )
+    return job
+
+
+def apply_job(config, job: dict[str, Any], path: str) -> None:
+    """The job's sections onto TorchTitan's config, and zephon's loader and tokenizer in."""
+    sections = {
+        f.name for f in dataclasses.fields(config) if dataclasses.is_dataclass(getattr(config, f.name))
+    }
+    sections -= RESERVED
+    scalars = {f.name for f in dataclasses.fields(config) if f.name not in sections | RESERVED}
+    for name, table in job.items():
+        if name in ("model", "data"):
+            continue
+        if not isinstance(table, dict):
+            raise ValueError(f"job config {path}: {name} = ... must be inside a section such as [job]")
+        if name == "job":
+            _apply(config, table, "job", path, scalars)
+        elif name in sections:
+            _apply(getattr(config, name), table, name, path)
+        else:
+            raise ValueError(
+                f"job config {path}: unknown section [{name}]; valid sections: "
+                f"{sorted([*sections, 'job', 'model', 'data'])}"
+            )
+    data = job["data"]
+    recipe_path = data["recipe"]
+    config.dataloader = ZephonDataLoader.Config(
+        recipe=recipe_path,
+        **{k: data[k] for k in ("num_lanes", "seed", "runner", "parallelism", "prefetch") if k in data},
+        digest_file="batch_digests.jsonl" if data.get("digests") else "",
+    )
+    recipe = load_recipe(recipe_path)  # a bad recipe fails here, before any process starts work
+    config.tokenizer = ZephonTokenizer.Config(tokenizer_id=recipe.tokenizer_id)
+
+
+def _apply(obj, table: dict, where: str, path: str, allowed: set[str] | None = None) -> None:
+    names = allowed if allowed is not None else {f.name for f in dataclasses.fields(obj)}
+    for key, value in table.items():
+        if key not in names:
+            raise ValueError(
+                f"job config {path}: unknown key {key!r} in [{where}]; valid keys: {sorted(names)}"
+            )
+        current = getattr(obj, key)
+        if isinstance(value, dict) and dataclasses.is_dataclass(current):
+            _apply(current, value, f"{where}.{key}", path)
+            continue
+        if current is not None and not _compatible(current, value):
+            raise ValueError(
+                f"job config {path}: [{where}] {key} = {value!r} should be like {current!r} "
+                f"({type(current).__name__})"
+            )
+        setattr(obj, key, value)
+
+
+def _compatible(current, value) -> bool:
+    if isinstance(current, bool) or isinstance(value, bool):
+        return isinstance(current, bool) and isinstance(value, bool)
+    if isinstance(current, int | float) and isinstance(value, int | float):
+        return isinstance(value, int) or isinstance(current, float)
+    return isinstance(value, type(current)) or (isinstance(current, list | tuple) and isinstance(value, list))
+
+
+def finish(config) -> None:
+    """After the command line: place the digest file, check the launch numbers, CPU switches."""
+    loader = config.dataloader
+    if not isinstance(loader, ZephonDataLoader.Config):
+        raise ValueError("the dataloader must be zephon's: set [data] recipe in the job config")
+    if loader.digest_file and not os.path.isabs(loader.digest_file):
+        loader.digest_file = os.path.join(config.dump_folder, loader.digest_file)
+    loader.global_batch_size = config.training.global_batch_size
+    recipe = load_recipe(loader.recipe, {"recipe": {"num_lanes": loader.num_lanes}})
+    if recipe.max_length is not None and recipe.max_length != config.training.seq_len:
+        raise ValueError(
+            f"the data recipe {loader.recipe} packs rows of max_length = {recipe.max_length} but "
+            f"training.seq_len = {config.training.seq_len}; make them equal"
+        )
+    from torchtitan.models.common.config_utils import decoder_vocab_size
+
+    from zephon.io.tokenizer import load_tokenizer
+
+    check_vocab(
+        load_tokenizer(recipe.tokenizer_id).vocab_size,
+        decoder_vocab_size(config.model_spec),
+        recipe.tokenizer_id,
+    )
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    check_batch_geometry(
+        num_lanes=recipe.num_lanes,
+        dp_world_size=data_parallel_size(config.parallelism, world),
+        local_batch_size=_batch_rows(config),
+        global_batch_size=config.training.global_batch_size,
+    )
+    cpu.configure(config)
+
+
+def data_parallel_size(parallelism, world_size: int) -> int:
+    """The batch (DP) degree TorchTitan will use: ranks of one TP/CP/PP group share data."""
+    others = (
+        parallelism.tensor_parallel_degree
+        * parallelism.context_parallel_degree
+        * parallelism.pipeline_parallel_degree
+    )
+    shard = parallelism.data_parallel_shard_degree
+    if shard == -1:
+        shard = world_size // (others * parallelism.data_parallel_replicate_degree)
+    return parallelism.data_parallel_replicate_degree * shard
+
+
+def _batch_rows(config) -> int:
+    if config.parallelism.pipeline_parallel_degree > 1:
+        return config.parallelism.pipeline_parallel_microbatch_size
+    return config.training.local_batch_size

@@ -1,0 +1,195 @@
+"""Data recipes: TOML files that say what the data is and how it is prepared.
+
+A recipe knows nothing of ranks: :func:`build_pipeline` turns it into a zephon pipeline for one
+rank, given the numbers TorchTitan decides (dp rank and size, sequence length, batch size).
+Relative paths (datasets, tokenizer folder) are relative to the recipe file. Schema::
+
+    [recipe]                     # all optional
+    seed = 0                     # plans and mixture
+    num_lanes = 8                # logical data streams; the DP size must divide it
+    chunk_size = 1024            # records per chunk (Parquet, Arrow)
+    chunk_bytes = 1048576        # bytes per chunk (JSON lines, text)
+    flush_every = 16             # chunks per flush window
+    runner = "thread"            # inline | thread | process   (performance only)
+    prefetch = 4                 # batches per lane prepared ahead (performance only)
+
+    [tokenizer]
+    id = "openai-community/gpt2" # a tokenizer.json or its folder, a hub id, tiktoken:NAME
+    field = "text"
+    parallelism = 4              # workers for read + map + tokenize (performance only)
+    add_bos = true               # default: if the tokenizer defines a BOS distinct from EOS
+    add_eos = true
+
+    [[datasets]]                 # one table per dataset
+    name = "wiki"
+    path = "hf://Salesforce/wikitext/wikitext-103-raw-v1/train"
+    weight = 0.5                 # mixture weight (needed with several datasets)
+    exhausted = "repeat"         # stop | repeat
+    format = "parquet"           # optional; from the file names by default
+    columns = ["text"]           # optional
+    storage_options = {}         # optional, for fsspec URLs
+
+    [mixture]
+    unit = "tokens"              # tokens (TokenEstimation) | records
+    sample_chunks = 32           # chunks sampled per dataset to measure tokens per byte
+
+    [packing]
+    algorithm = "wrap"           # wrap | best_fit
+    max_length = 2048            # optional; must equal training.seq_len if given
+
+    [shuffle]                    # optional: a seeded buffer of packed rows per lane
+    buffer_size = 1024
+    seed = 0
+
+    [io]                         # optional: zephon io_options (cache, retries)
+    cache = { enabled = true, dir = "/local/zephon-cache", max_bytes = 500000000000 }
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+
+SECTIONS: dict[str, dict[str, type | tuple]] = {
+    "recipe": {
+        "seed": int, "num_lanes": int, "chunk_size": int, "chunk_bytes": int, "flush_every": int,
+        "runner": str, "prefetch": int,
+    },
+    "tokenizer": {"id": str, "field": str, "parallelism": int, "add_bos": bool, "add_eos": bool},
+    "mixture": {"unit": str, "sample_chunks": int},
+    "packing": {"algorithm": str, "max_length": int},
+    "shuffle": {"buffer_size": int, "seed": int},
+    "io": {"cache": dict, "retries": dict},
+}  # fmt: skip
+DATASET_KEYS: dict[str, type | tuple] = {
+    "name": str, "path": str, "weight": (int, float), "exhausted": str, "format": str,
+    "columns": list, "storage_options": dict,
+}  # fmt: skip
+
+
+@dataclass
+class Recipe:
+    """A parsed, checked recipe. ``path`` is where it was read from."""
+
+    path: str
+    sections: dict[str, dict[str, Any]]
+    datasets: list[dict[str, Any]] = field(default_factory=list)
+
+    def get(self, section: str, key: str, default: Any = None) -> Any:
+        return self.sections.get(section, {}).get(key, default)
+
+    @property
+    def num_lanes(self) -> int:
+        return self.get("recipe", "num_lanes", 1)
+
+    @property
+    def tokenizer_id(self) -> str:
+        return self.resolve(self.sections["tokenizer"]["id"])
+
+    @property
+    def max_length(self) -> int | None:
+        return self.get("packing", "max_length")
+
+    def resolve(self, value: str) -> str:
+        """A path relative to the recipe file if such a file or folder exists, else ``value``
+        as given (a URL, a hub id, a tiktoken name)."""
+        if "://" in value or os.path.isabs(value):
+            return value
+        candidate = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(self.path)), value))
+        return candidate if os.path.exists(candidate) or value.startswith(".") else value
+
+
+def load_recipe(path: str, overrides: dict[str, dict[str, Any]] | None = None) -> Recipe:
+    """Read and check a recipe; ``overrides`` ({section: {key: value}}) replace its values."""
+    if not os.path.isfile(path):
+        raise ValueError(f"data recipe {path} not found (recipes live in zephon_recipes/)")
+    with open(path, "rb") as f:
+        try:
+            data = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"data recipe {path}: {e}") from None
+    datasets = data.pop("datasets", None)
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise ValueError(
+            f"data recipe {path}: unknown section(s) {unknown}; valid: {[*SECTIONS, 'datasets']}"
+        )
+    for section, values in (overrides or {}).items():
+        data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+    for section, table in data.items():
+        _check_table(path, f"[{section}]", table, SECTIONS[section])
+    if not isinstance(datasets, list) or not datasets:
+        raise ValueError(f"data recipe {path}: add at least one [[datasets]] table (name, path)")
+    for i, table in enumerate(datasets):
+        _check_table(path, f"[[datasets]] #{i + 1}", table, DATASET_KEYS)
+        for key in ("name", "path"):
+            if key not in table:
+                raise ValueError(f"data recipe {path}: [[datasets]] #{i + 1} needs {key!r}")
+    if "id" not in data.get("tokenizer", {}):
+        raise ValueError(f"data recipe {path}: [tokenizer] needs id = (a tokenizer.json, folder, hub id)")
+    return Recipe(path, data, datasets)
+
+
+def _check_table(path: str, where: str, table: Any, schema: dict[str, type | tuple]) -> None:
+    if not isinstance(table, dict):
+        raise ValueError(f"data recipe {path}: {where} must be a table")
+    for key, value in table.items():
+        if key not in schema:
+            raise ValueError(
+                f"data recipe {path}: unknown key {key!r} in {where}; valid keys: {sorted(schema)}"
+            )
+        expected = schema[key]
+        if isinstance(value, bool) and expected is not bool:
+            expected_ok = False
+        else:
+            expected_ok = isinstance(value, expected)
+        if not expected_ok:
+            name = expected.__name__ if isinstance(expected, type) else "number"
+            raise ValueError(f"data recipe {path}: {where} {key} = {value!r} should be a {name}")
+
+
+def build_pipeline(
+    recipe: Recipe, *, dp_rank: int, dp_world_size: int, seq_len: int, microbatch_size: int
+) -> Pipeline:
+    """This rank's pipeline: rows of ``seq_len + 1`` tokens, batches of ``microbatch_size``."""
+    if recipe.max_length is not None and recipe.max_length != seq_len:
+        raise ValueError(
+            f"data recipe {recipe.path}: [packing] max_length = {recipe.max_length} but "
+            f"training.seq_len = {seq_len}; make them equal (or drop max_length from the recipe)"
+        )
+    datasets = [
+        Dataset.from_path(
+            d["name"],
+            recipe.resolve(d["path"]),
+            format=d.get("format"),
+            exhausted=d.get("exhausted", "stop"),
+            columns=d.get("columns"),
+            storage_options=d.get("storage_options"),
+        )
+        for d in recipe.datasets
+    ]
+    weights = {d["name"]: d.get("weight", 1.0) for d in recipe.datasets}
+    unit = recipe.get("mixture", "unit", "tokens")
+    if unit not in ("tokens", "records"):
+        raise ValueError(f"data recipe {recipe.path}: [mixture] unit = {unit!r}; use 'tokens' or 'records'")
+    estimation = TokenEstimation(recipe.get("mixture", "sample_chunks", 32)) if unit == "tokens" else None
+    source = StaticMixtureWorkSource(datasets, weights, estimation, seed=recipe.get("recipe", "seed", 0))
+    options = {k: v for k, v in recipe.sections.get("recipe", {}).items() if k != "seed"}
+    io = recipe.sections.get("io")
+    pipeline = Pipeline(source).options(
+        dp_rank=dp_rank, dp_world_size=dp_world_size, io_options=io or {}, **options
+    )
+    tok = recipe.sections["tokenizer"]
+    pipeline = pipeline.tokenize(
+        recipe.tokenizer_id, field=tok.get("field", "text"), parallelism=tok.get("parallelism"),
+        add_bos=tok.get("add_bos"), add_eos=tok.get("add_eos", True),
+    )  # fmt: skip
+    pipeline = pipeline.pack_flat(seq_len, algorithm=recipe.get("packing", "algorithm", "wrap"))
+    if "shuffle" in recipe.sections:
+        shuffle = recipe.sections["shuffle"]
+        pipeline = pipeline.shuffle(shuffle.get("buffer_size", 1024), seed=shuffle.get("seed", 0))
+    return pipeline.batch(microbatch_size)
