@@ -44,7 +44,8 @@ def main() -> None:
     tok.save(os.path.join(out, "tokenizer.json"))
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump({"eos_token": "<|endoftext|>", "bos_token": None}, f, indent=1)
-    print(f"{len(verses)} verses in {SHARDS} shards under {corpus}; tokenizer ({tok.get_vocab_size()}) in {out}")
+    print(f"{len(verses)} verses in {SHARDS} shards under {corpus}")
+    print(f"tokenizer of {tok.get_vocab_size()} tokens in {out}")
 
 
 if __name__ == "__main__":

@@ -156,6 +156,13 @@ def _readable(change: str) -> str:
     for prefix, name in _NAMES.items():
         if path.startswith(prefix):
             return f"{name} ({change})"
+    leaf = path.rsplit(".", 1)[-1]
+    if path.startswith("operators") and leaf in ("seed", "buffer_size"):
+        return f"[shuffle] {leaf} ({change})"
+    if path.endswith((".algorithm", ".pad_id")):
+        return f"[packing] {path.rsplit('.', 1)[-1]} ({change})"
+    if path.endswith((".field", ".add_bos", ".add_eos")):
+        return f"[tokenizer] {path.rsplit('.', 1)[-1]} ({change})"
     if path.endswith(".max_length"):
         return f"training.seq_len / [packing] max_length ({change})"
     if path.endswith(".microbatch_size"):

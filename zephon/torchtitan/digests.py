@@ -8,6 +8,7 @@ whatever their numbers of GPUs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -21,14 +22,9 @@ class StepDigestWriter:
         self.path, self.dp = path, dp_world_size
 
     def write(self, step: int, triples: list[tuple[int, int, str]]) -> None:
-        """Collective: every rank calls it with its batches of ``step``."""
-        if dist.is_available() and dist.is_initialized():
-            gathered: list = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, triples)
-            rank = dist.get_rank()
-        else:
-            gathered, rank = [triples], 0
-        if rank != 0:
+        """Collective: every rank calls it with its batches of ``step`` as (lane, index, digest)."""
+        gathered = _gather(triples)
+        if gathered is None:
             return
         unique = {}
         for part in gathered:  # ranks of one TP/CP/PP group send the same batches
@@ -36,7 +32,36 @@ class StepDigestWriter:
                 if unique.setdefault((lane, index), digest) != digest:
                     raise RuntimeError(f"ranks disagree on batch (lane {lane}, index {index})")
         triples = [(lane, index, digest) for (lane, index), digest in unique.items()]
-        line = {"step": step, "digest": global_step_digest(triples), "dp": self.dp}
+        self._append(step, global_step_digest(triples))
+
+    def write_rows(self, step: int, rows: list[str]) -> None:
+        """Collective, for loaders without lanes: the digest of the sorted row digests of all
+        ranks (ranks of one TP/CP/PP group send the same rows: counted once)."""
+        gathered = _gather(rows)
+        if gathered is None:
+            return
+        seen, unique = set(), []
+        for rank_rows in gathered:
+            key = tuple(rank_rows)
+            if key not in seen:
+                seen.add(key)
+                unique += rank_rows
+        h = hashlib.sha256()
+        for digest in sorted(unique):
+            h.update(bytes.fromhex(digest))
+        self._append(step, h.hexdigest())
+
+    def _append(self, step: int, digest: str) -> None:
+        line = {"step": step, "digest": digest, "dp": self.dp}
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         with open(self.path, "a") as f:
             f.write(json.dumps(line) + "\n")
+
+
+def _gather(item) -> list | None:
+    """Every rank's ``item`` on rank 0, None elsewhere."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [item]
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, item)
+    return gathered if dist.get_rank() == 0 else None

@@ -35,7 +35,18 @@ from zephon.torchtitan.recipe import load_recipe
 from zephon.torchtitan.tokenizer import ZephonTokenizer
 
 RESERVED = {"model_spec", "dataloader", "tokenizer"}  # set by zephon, not by the job's sections
-DATA_KEYS = {"recipe", "digests", "num_lanes", "seed", "runner", "parallelism", "prefetch"}
+DATA_KEYS = {
+    "recipe",
+    "digests",
+    "num_lanes",
+    "seed",
+    "runner",
+    "parallelism",
+    "prefetch",
+    "loader",
+    "dataset_path",
+}
+LOADERS = ("zephon", "torchtitan")  # torchtitan: its own text loader, for comparisons
 
 
 class ZephonConfigManager(ConfigManager):
@@ -123,14 +134,26 @@ def apply_job(config, job: dict[str, Any], path: str) -> None:
                 f"{sorted([*sections, 'job', 'model', 'data'])}"
             )
     data = job["data"]
-    recipe_path = data["recipe"]
-    config.dataloader = ZephonDataLoader.Config(
-        recipe=recipe_path,
-        **{k: data[k] for k in ("num_lanes", "seed", "runner", "parallelism", "prefetch") if k in data},
-        digest_file="batch_digests.jsonl" if data.get("digests") else "",
-    )
-    recipe = load_recipe(recipe_path)  # a bad recipe fails here, before any process starts work
+    recipe = load_recipe(data["recipe"])  # a bad recipe fails here, before any process starts work
     config.tokenizer = ZephonTokenizer.Config(tokenizer_id=recipe.tokenizer_id)
+    digest_file = "batch_digests.jsonl" if data.get("digests") else ""
+    loader = data.get("loader", "zephon")
+    if loader not in LOADERS:
+        raise ValueError(f"job config {path}: [data] loader = {loader!r}; valid: {list(LOADERS)}")
+    if loader == "torchtitan":
+        if "dataset_path" not in data:
+            raise ValueError(f"job config {path}: [data] loader = 'torchtitan' needs dataset_path")
+        from zephon.torchtitan.baseline import DigestedTextDataLoader
+
+        config.dataloader = DigestedTextDataLoader.Config(
+            dataset="c4_test", dataset_path=data["dataset_path"], digest_file=digest_file
+        )
+        return
+    config.dataloader = ZephonDataLoader.Config(
+        recipe=data["recipe"],
+        **{k: data[k] for k in ("num_lanes", "seed", "runner", "parallelism", "prefetch") if k in data},
+        digest_file=digest_file,
+    )
 
 
 def _apply(obj, table: dict, where: str, path: str, allowed: set[str] | None = None) -> None:
@@ -163,11 +186,13 @@ def _compatible(current, value) -> bool:
 def finish(config) -> None:
     """After the command line: place the digest file, check the launch numbers, CPU switches."""
     loader = config.dataloader
-    if not isinstance(loader, ZephonDataLoader.Config):
-        raise ValueError("the dataloader must be zephon's: set [data] recipe in the job config")
-    if loader.digest_file and not os.path.isabs(loader.digest_file):
+    if getattr(loader, "digest_file", "") and not os.path.isabs(loader.digest_file):
         loader.digest_file = os.path.join(config.dump_folder, loader.digest_file)
-    loader.global_batch_size = config.training.global_batch_size
+    if hasattr(loader, "global_batch_size"):
+        loader.global_batch_size = config.training.global_batch_size
+    if not isinstance(loader, ZephonDataLoader.Config):  # torchtitan's loader, for comparisons
+        cpu.configure(config)
+        return
     recipe = load_recipe(loader.recipe, {"recipe": {"num_lanes": loader.num_lanes}})
     if recipe.max_length is not None and recipe.max_length != config.training.seq_len:
         raise ValueError(

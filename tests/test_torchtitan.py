@@ -1,0 +1,183 @@
+"""TorchTitan with zephon, for real: torchrun processes on CPU (gloo), the llama3 debug model."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = "train_configs/llama3_debug.toml"
+
+
+def run_train(ngpu: int, dump: str, *args: str, config: str = CONFIG, timeout: int = 600) -> tuple[int, str]:
+    env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config)
+    cmd = ["./run_train.sh", "--dump_folder", dump, "--metrics.disable_color_printing", *args]
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return result.returncode, result.stdout + result.stderr
+
+
+def losses(log: str) -> dict[int, float]:
+    return {int(s): float(x) for s, x in re.findall(r"step:\s*(\d+)\s+loss:\s*([0-9.]+)", log)}
+
+
+def digest_lines(dump: str) -> list[dict]:
+    path = os.path.join(dump, "batch_digests.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def by_step(lines: list[dict]) -> dict[int, str]:
+    return {line["step"]: line["digest"] for line in lines}
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """The README's experiment: 8 steps on 2 ranks, a checkpoint every 4."""
+    dump = str(tmp_path_factory.mktemp("tt") / "run")
+    rc, log = run_train(2, dump, "--training.steps", "8", "--checkpoint.interval", "4")
+    assert rc == 0, log[-4000:]
+    lines = digest_lines(dump)
+    assert [line["step"] for line in lines] == list(range(1, 9)) and len(set(by_step(lines).values())) == 8
+    return dump, by_step(lines), losses(log)
+
+
+def test_resume_from_step_4_on_1_and_on_4_ranks_sees_the_same_batches_and_losses(baseline):
+    dump, digests, loss = baseline
+    for ngpu in (1, 4):
+        before = len(digest_lines(dump))
+        rc, log = run_train(
+            ngpu, dump, "--training.steps", "8", "--checkpoint.interval", "4", "--checkpoint.load_step", "4"
+        )
+        assert rc == 0, log[-4000:]
+        new = digest_lines(dump)[before:]
+        assert [line["dp"] for line in new] == [ngpu] * 4
+        assert by_step(new) == {s: digests[s] for s in range(5, 9)}, f"resumed on {ngpu} rank(s)"
+        resumed = losses(log)
+        assert sorted(resumed) == [5, 6, 7, 8]
+        for step, value in resumed.items():
+            assert abs(value - loss[step]) <= 1e-3 * loss[step], (ngpu, step, value, loss[step])
+
+
+def test_tensor_parallel_ranks_of_one_replica_get_identical_batches(baseline, tmp_path):
+    _, digests, _ = baseline
+    dump = str(tmp_path / "tp")
+    rc, log = run_train(4, dump, "--training.steps", "3", "--parallelism.tensor_parallel_degree", "2")
+    assert rc == 0, log[-4000:]
+    lines = digest_lines(dump)
+    assert [line["dp"] for line in lines] == [2, 2, 2], "4 processes as DP 2 x TP 2"
+    assert by_step(lines) == {s: digests[s] for s in (1, 2, 3)}, "the same data as DP 2 alone"
+
+
+def _recipe_copy(tmp_path, **changes) -> str:
+    """The debug recipe with absolute asset paths and some lines changed."""
+    with open(os.path.join(ROOT, "zephon_recipes", "debug.toml")) as f:
+        text = f.read().replace('"../assets', f'"{ROOT}/assets')
+    for old, new in changes.items():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "recipe.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_changed_recipe_on_resume_fails_naming_the_field(baseline, tmp_path):
+    dump = _copy_checkpoint(baseline[0], tmp_path / "changed", 4)
+    recipe = _recipe_copy(tmp_path, **{"seed = 7": "seed = 8"})
+    rc, log = run_train(
+        1, dump, "--training.steps", "6", "--checkpoint.load_step", "4", "--dataloader.recipe", recipe
+    )
+    assert rc != 0
+    assert "the data recipe changed since the checkpoint; changed: [shuffle] seed" in log
+    assert "step:  5" not in log
+
+
+def test_changed_runner_and_parallelism_resume_fine(baseline, tmp_path):
+    source, digests, _ = baseline
+    dump = _copy_checkpoint(source, tmp_path / "faster", 4)
+    args = [
+        "--training.steps",
+        "6",
+        "--checkpoint.load_step",
+        "4",
+        "--dataloader.runner",
+        "process",
+        "--dataloader.parallelism",
+        "2",
+    ]
+    rc, log = run_train(2, dump, *args)
+    assert rc == 0, log[-4000:]
+    assert by_step(digest_lines(dump)) == {5: digests[5], 6: digests[6]}
+
+
+def _copy_checkpoint(source: str, dump, step: int) -> str:
+    os.makedirs(os.path.join(dump, "checkpoint"))
+    shutil.copytree(
+        os.path.join(source, "checkpoint", f"step-{step}"), os.path.join(dump, "checkpoint", f"step-{step}")
+    )
+    return str(dump)
+
+
+@pytest.mark.parametrize(
+    ("ngpu", "args", "message"),
+    [
+        (3, [], r"the data-parallel size is 3 but the recipe has num_lanes = 8"),
+        (
+            2,
+            ["--training.global_batch_size", "12"],
+            r"global_batch_size = 12 does not split evenly across num_lanes 8 x "
+            r"training.local_batch_size 2 = 16",
+        ),
+        (2, ["--dataloader.num_lanes", "3"], r"the data-parallel size is 2 but the recipe has num_lanes = 3"),
+        (1, ["--training.global_batch_size", "-1"], r"set training.global_batch_size"),
+    ],
+    ids=["dp-does-not-divide-lanes", "global-batch", "lanes-override", "no-global-batch"],
+)
+def test_misconfigured_lanes_dp_or_global_batch_fail_at_launch_before_step_1(tmp_path, ngpu, args, message):
+    rc, log = run_train(ngpu, str(tmp_path / "bad"), *args, timeout=300)
+    assert rc != 0 and re.search(message, log), log[-3000:]
+    assert "step:  1" not in log and "Training starts" not in log
+
+
+def test_a_tokenizer_larger_than_the_model_vocabulary_fails_at_launch(tmp_path, gpt2):
+    recipe = _recipe_copy(tmp_path, **{f'id = "{ROOT}/assets/tokenizers/kjv-bpe-2048"': f'id = "{gpt2}"'})
+    rc, log = run_train(1, str(tmp_path / "bad"), "--dataloader.recipe", recipe, timeout=300)
+    assert rc != 0 and "has 50257 tokens but the model's vocabulary has 2048" in log, log[-3000:]
+    assert "step:  1" not in log
+
+
+def test_a_recipe_context_length_other_than_seq_len_fails_at_launch(tmp_path):
+    recipe = _recipe_copy(tmp_path, **{'algorithm = "wrap"': 'algorithm = "wrap"\nmax_length = 256'})
+    rc, log = run_train(1, str(tmp_path / "bad"), "--dataloader.recipe", recipe, timeout=300)
+    assert rc != 0 and "max_length = 256 but training.seq_len = 128" in log, log[-3000:]
+
+
+def test_torchtitan_default_loader_cannot_resume_on_other_rank_counts(tmp_path):
+    config = tmp_path / "default_loader.toml"
+    with open(os.path.join(ROOT, CONFIG)) as f:
+        text = f.read()
+    config.write_text(
+        text.replace('recipe = "zephon_recipes/debug.toml"', 'recipe = "zephon_recipes/debug.toml"\n'
+                     'loader = "torchtitan"\ndataset_path = "assets/debug_corpus"')
+    )  # fmt: skip
+    dump = str(tmp_path / "run")
+    rc, log = run_train(2, dump, "--training.steps", "4", "--checkpoint.interval", "2", config=str(config))
+    assert rc == 0, log[-4000:]
+    baseline = by_step(digest_lines(dump))
+    resume = ["--training.steps", "4", "--checkpoint.load_step", "2"]
+    rc, log = run_train(1, dump, *resume, config=str(config))
+    assert rc != 0 and "dp_degree is inconsistent before and after checkpoint" in log
+    rc, log = run_train(4, dump, *resume, config=str(config))
+    assert rc != 0 and "Missing key in checkpoint state_dict: dataloader.dp_rank_2" in log
+    before = len(digest_lines(dump))  # what users do instead: drop the loader's state
+    excluded = [*resume, "--checkpoint.exclude_from_loading", "dataloader", "--dataloader.first_step", "3"]
+    rc, log = run_train(1, dump, *excluded, config=str(config))
+    assert rc == 0, log[-4000:]
+    resumed = by_step(digest_lines(dump)[before:])
+    assert sorted(resumed) == [3, 4] and all(resumed[s] != baseline[s] for s in (3, 4)), "it sees other data"
