@@ -1,0 +1,162 @@
+#!/usr/bin/env python
+"""Figure 1 on CPU: resume on another GPU count, with TorchTitan's default loader and with zephon.
+
+TorchTitan's llama3 debug model on the debug recipe (KJV verses). For each loader: a 2-rank
+baseline of ``--steps`` steps with a checkpoint at ``--resume-at``; then the same job resumed
+from that checkpoint on 1 and on 4 ranks. TorchTitan's default loader refuses its own state on
+another rank count, so its resumed runs exclude it (``--checkpoint.exclude_from_loading
+dataloader``), which is what users are left to do. Plots loss curves and, per step, whether the
+global batch matches the baseline's (digest), into docs/elastic_resume.png, with the numbers in
+docs/elastic_resume.txt.
+
+    python scripts/elastic_resume_figure.py [--steps 16 --resume-at 8]   # ~4 minutes on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "train_configs", "llama3_debug.toml")
+
+
+def run(ngpu: int, config: str, dump: str, *args: str) -> dict[int, float]:
+    env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config)
+    cmd = ["./run_train.sh", "--dump_folder", dump, "--metrics.disable_color_printing", *args]
+    start = time.monotonic()
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{(result.stdout + result.stderr)[-4000:]}")
+    pattern = r"step:\s*(\d+)\s+loss:\s*([0-9.]+)"
+    found = {int(s): float(x) for s, x in re.findall(pattern, result.stdout)}
+    print(
+        f"  {ngpu} rank(s) {' '.join(args)}: {len(found)} steps in {time.monotonic() - start:.0f}s",
+        flush=True,
+    )
+    return found
+
+
+def digests(dump: str, skip: int = 0) -> dict[int, str]:
+    with open(os.path.join(dump, "batch_digests.jsonl")) as f:
+        lines = [json.loads(line) for line in f][skip:]
+    return {d["step"]: d["digest"] for d in lines}
+
+
+def experiment(name: str, config: str, tmp: str, steps: int, k: int) -> dict:
+    print(f"{name}:", flush=True)
+    dump = os.path.join(tmp, name)
+    common = ["--training.steps", str(steps), "--checkpoint.interval", str(k)]
+    result = {"baseline": (run(2, config, dump, *common), digests(dump))}
+    resume = [*common, "--checkpoint.load_step", str(k)]
+    if name == "torchtitan":
+        resume += ["--checkpoint.exclude_from_loading", "dataloader", "--dataloader.first_step", str(k + 1)]
+    for ngpu in (1, 4):
+        before = len(digests(dump))
+        result[f"{ngpu}"] = (run(ngpu, config, dump, *resume), digests(dump, skip=before))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--resume-at", type=int, default=8)
+    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "elastic_resume"))
+    args = parser.parse_args()
+    steps, k = args.steps, args.resume_at
+    with tempfile.TemporaryDirectory() as tmp:
+        default = os.path.join(tmp, "torchtitan.toml")
+        with open(CONFIG) as f:
+            text = f.read()
+        with open(default, "w") as f:
+            data = 'recipe = "zephon_recipes/debug.toml"'
+            f.write(
+                text.replace(data, data + '\nloader = "torchtitan"\ndataset_path = "assets/debug_corpus"')
+            )
+        results = {
+            "torchtitan": experiment("torchtitan", default, tmp, steps, k),
+            "zephon": experiment("zephon", CONFIG, tmp, steps, k),
+        }
+    lines = _table(results, steps, k)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out + ".txt", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    _plot(results, steps, k, args.out + ".png")
+
+
+def _table(results: dict, steps: int, k: int) -> list[str]:
+    lines = [
+        f"llama3 debug model, debug recipe, global batch 16 x 128 tokens; 2-rank baseline, resumed at {k}",
+        "step | default loader: loss 2 ranks / 1 / 4, same batch | zephon: loss 2 ranks / 1 / 4, same batch",
+    ]
+    for s in range(k + 1, steps + 1):
+        cells = []
+        for name in ("torchtitan", "zephon"):
+            r = results[name]
+            (base_loss, base_dig) = r["baseline"]
+            row = [f"{base_loss[s]:.5f}"] + [f"{r[n][0][s]:.5f}" for n in ("1", "4")]
+            match = ["=" if r[n][1].get(s) == base_dig[s] else "x" for n in ("1", "4")]
+            cells.append(" / ".join(row) + "  " + "".join(match))
+        lines.append(f"{s:>4} | " + " | ".join(cells))
+    return lines
+
+
+def _plot(results: dict, steps: int, k: int, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 5.5), height_ratios=[3, 1], sharex=True)
+    titles = {"torchtitan": "TorchTitan's default loader", "zephon": "zephon"}
+    colors = {"baseline": "k", "1": "C0", "4": "C3"}
+    for col, name in enumerate(("torchtitan", "zephon")):
+        r = results[name]
+        ax = axes[0, col]
+        base_loss, base_dig = r["baseline"]
+        ax.plot(
+            sorted(base_loss),
+            [base_loss[s] for s in sorted(base_loss)],
+            color="k",
+            lw=2,
+            label="2 ranks, uninterrupted",
+        )
+        for n in ("1", "4"):
+            loss = r[n][0]
+            ax.plot(
+                sorted(loss),
+                [loss[s] for s in sorted(loss)],
+                "o--",
+                ms=3,
+                color=colors[n],
+                label=f"resumed at {k} on {n} rank(s)",
+            )
+        ax.axvline(k + 0.5, color="gray", lw=0.8, ls=":")
+        ax.set_title(titles[name])
+        ax.set_ylabel("loss")
+        ax.legend(fontsize=8)
+        bar = axes[1, col]
+        for y, n in enumerate(("1", "4")):
+            for s in range(k + 1, steps + 1):
+                same = r[n][1].get(s) == base_dig[s]
+                bar.add_patch(
+                    plt.Rectangle((s - 0.45, y - 0.4), 0.9, 0.8, color="tab:green" if same else "tab:red")
+                )
+        bar.set_yticks([0, 1], ["1 rank", "4 ranks"])
+        bar.set_ylim(-0.6, 1.6)
+        bar.set_xlim(0.5, steps + 0.5)
+        bar.set_xlabel("step (green: same global batch as the baseline, red: different)")
+    fig.suptitle("Resume on another number of GPUs: same data? (llama3 debug model, CPU)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
