@@ -7,7 +7,7 @@ import json
 import pytest
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
-from zephon.testing import kjv_path, run_job, write_jsonl
+from zephon.testing import kjv_path, run_job, take, write_jsonl
 from zephon.testing.data import python_source_documents
 
 TARGET = {"bible": 0.4, "code": 0.6}
@@ -39,11 +39,11 @@ def _pipeline(datasets, gpt2, estimation, **options):
 
 def test_token_shares_are_within_0_01_of_the_target_over_2m_tokens(real_corpora, gpt2):
     pipeline = _pipeline(real_corpora, gpt2, TokenEstimation(sample_chunks=16))
-    state = pipeline.state_dict()
-    rates = state["rates"]
+    iterator = iter(pipeline)
+    rates = pipeline.state_dict()["rates"]
     assert rates["code"] > 1.3 * rates["bible"], f"the corpora should differ in tokens per byte: {rates}"
     delivered = 0
-    for batch in pipeline:
+    for batch in iterator:
         delivered += int((batch.sources >= 0).sum())
         if delivered >= 2_000_000:
             break
@@ -60,7 +60,11 @@ def test_token_shares_are_within_0_01_of_the_target_over_2m_tokens(real_corpora,
 
 def test_measured_rates_are_kept_in_the_state_and_not_measured_again(real_corpora, gpt2, monkeypatch):
     pipeline = _pipeline(real_corpora, gpt2, TokenEstimation(sample_chunks=4))
+    assert pipeline.state_dict()["rates"] is None, "nothing is measured before the first run"
+    take(pipeline, 1)
     state = pipeline.state_dict()
+    pipeline.close()
+    assert set(state["rates"]) == {"bible", "code"}
     restored = _pipeline(real_corpora, gpt2, TokenEstimation(sample_chunks=4))
 
     def no_measuring(*args, **kwargs):
@@ -69,6 +73,8 @@ def test_measured_rates_are_kept_in_the_state_and_not_measured_again(real_corpor
     monkeypatch.setattr(StaticMixtureWorkSource, "measure_rates", no_measuring)
     restored.load_state_dict(state)
     assert restored.state_dict()["rates"] == state["rates"]
+    assert take(restored, 2), "runs on the checkpoint's rates"
+    restored.close()
 
 
 def test_token_mixture_is_elastic_and_resumable(real_corpora, gpt2):

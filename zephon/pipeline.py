@@ -184,12 +184,11 @@ class Pipeline:
 
     def state_dict(self) -> dict:
         """This rank's lanes: what has been delivered, as JSON-safe data (see zephon.state)."""
-        if self._rates is None:
-            self._ensure_plan(self._stages(get_runner("inline"))[0])
+        # Before the first run the mixture rates are not measured yet: None, measured on start.
         return {
             "version": VERSION,
             "fingerprint": self.fingerprint(),
-            "rates": dict(self._rates),
+            "rates": None if self._rates is None else dict(self._rates),
             "lanes": {str(k): v.to_json() for k, v in sorted(self._lane_states().items())},
         }
 
@@ -212,7 +211,8 @@ class Pipeline:
         n = len(self.source.datasets)
         lanes = {lane: LaneState.from_json(state["lanes"][str(lane)], n) for lane in self.owned_lanes}
         self.close()
-        self._lanes, self._rates, self._plan = lanes, dict(state["rates"]), None
+        rates = state.get("rates")
+        self._lanes, self._rates, self._plan = lanes, None if rates is None else dict(rates), None
 
     def stats(self) -> dict:
         """What this rank has delivered: tokens per dataset, and counters (empty documents...)."""

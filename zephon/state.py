@@ -5,6 +5,7 @@ Shape (JSON-safe)::
     {"version": 1,
      "fingerprint": {...},                 # everything that shapes the data; must match
      "rates": {"wiki": 0.26, ...},         # measured units per chunk unit, reused on restore
+                                           # (None before the first run has measured them)
      "lanes": {"0": LANE, "1": LANE, ...}} # the lanes of the ranks whose states were merged
 
     LANE = {"window": w,            # flush window now being delivered
