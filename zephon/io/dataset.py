@@ -14,6 +14,7 @@ from zephon.io import hub
 from zephon.io.chunks import Chunk, ChunkTable, Shard
 from zephon.io.formats import Format, Records, format_for, split_suffix
 from zephon.io.remote import IOConfig, Opener, RetryPolicy, is_transient, retrying
+from zephon.progress import Progress
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 EXHAUSTED = ("stop", "repeat")
@@ -91,8 +92,12 @@ class Dataset:
             fmt, opener = self.file_format(io), self.opener(io)
             shards = self.shards(io)
 
+            progress = Progress(f"planning {self.name}", len(shards), "files")
+
             def plan(i: int) -> list[tuple[int, int, int]]:
-                return [(i, a, b) for a, b in fmt.plan(shards[i], chunk_size, chunk_bytes, opener)]
+                ranges = [(i, a, b) for a, b in fmt.plan(shards[i], chunk_size, chunk_bytes, opener)]
+                progress.update()
+                return ranges
 
             ranges = [r for rs in map_fn(plan, range(len(shards))) for r in rs]
             if not ranges:

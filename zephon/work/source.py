@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ import numpy as np
 
 from zephon.io import Chunk, ChunkTable, Dataset
 from zephon.io.remote import IOConfig
+from zephon.progress import Progress
 from zephon.work.cursor import LAG, Cursor, Pending, Work
 from zephon.work.mixture import normalize, pick
 from zephon.work.plan import ChunkDealer, seed_sequence
@@ -124,12 +124,12 @@ class StaticMixtureWorkSource:
         n = self.token_estimation.sample_chunks if self.token_estimation else 8
         rng = np.random.default_rng(seed_sequence(self.seed, d.name, "estimate"))
         picks = sorted(rng.choice(len(table), size=min(n, len(table)), replace=False).tolist())
-        start, records, tokens = time.monotonic(), 0, 0
+        records, tokens = 0, 0
         size = int(table.sizes()[picks].sum())
-        results = measure(i, [table.chunk(i, idx) for idx in picks])
-        for j, (r, t) in enumerate(results, 1):
+        progress = Progress(f"measuring {self.unit} per byte of {d.name}", len(picks), "chunks")
+        for r, t in measure(i, [table.chunk(i, idx) for idx in picks]):
             records, tokens = records + r, tokens + t
-            _progress(d.name, j, len(picks), start)
+            progress.update()
         units = tokens if self.token_estimation else records
         if units == 0:
             raise ValueError(
@@ -139,20 +139,6 @@ class StaticMixtureWorkSource:
         rate = units / size
         log.info("zephon: %s has %.4f %s per %s", d.name, rate, self.unit, d.file_format().unit[:-1])
         return rate
-
-
-def _progress(name: str, done: int, total: int, start: float) -> None:
-    elapsed = time.monotonic() - start
-    if done == total or done % 8 == 0:
-        eta = elapsed / done * (total - done)
-        log.info(
-            "zephon: estimating %s: %d/%d sample chunks, %.1f chunks/s, ETA %.0fs",
-            name,
-            done,
-            total,
-            done / max(elapsed, 1e-9),
-            eta,
-        )
 
 
 class DatasetWorkSource(StaticMixtureWorkSource):
