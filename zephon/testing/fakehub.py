@@ -104,15 +104,6 @@ class HubStats:
         """Body bytes served by file downloads (GET .../resolve/...)."""
         return sum(r.body_bytes for r in self.requests if r.method == "GET" and "/resolve/" in r.path)
 
-    def bytes_served_for(self, path_suffix: str) -> int:
-        return sum(
-            r.body_bytes
-            for r in self.requests
-            if r.method == "GET"
-            and "/resolve/" in r.path
-            and unquote(urlsplit(r.path).path).endswith(path_suffix)
-        )
-
     def count(self, method: str | None = None, contains: str = "") -> int:
         return sum(1 for r in self.requests if (method is None or r.method == method) and contains in r.path)
 

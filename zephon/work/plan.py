@@ -46,6 +46,3 @@ class ChunkDealer:
         if epoch > 0 and not self.repeat:
             return None
         return int(self.permutation(epoch)[offset])
-
-    def epoch_of(self, lane: int, k: int) -> int:
-        return (k * self.num_lanes + lane) // self.num_chunks
