@@ -141,3 +141,12 @@ def test_bad_dataset_arguments_are_explained(kwargs, message):
     args = dict(name="d", path="x.jsonl") | kwargs
     with pytest.raises(ValueError, match=message):
         Dataset.from_path(args.pop("name"), args.pop("path"), **args)
+
+
+def test_a_misspelt_column_is_named_at_plan_time_for_parquet_and_at_read_for_json_lines(tmp_path):
+    parquet = write_parquet(str(tmp_path / "d.parquet"), DOCS)
+    with pytest.raises(ValueError, match=r"no column\(s\) \['txt'\].*its columns are \['id', 'text'\]"):
+        Dataset.from_path("d", parquet, columns=["txt"]).chunks(100, 1)
+    jsonl = write_jsonl(str(tmp_path / "d.jsonl"), DOCS)
+    with pytest.raises(DataError, match=r"line 1: no column\(s\) \['txt'\] in this record; its fields are"):
+        _read_all(Dataset.from_path("d", jsonl, columns=["txt"]), 100, 1 << 20)

@@ -116,3 +116,59 @@ def test_a_packed_row_tells_which_dataset_each_span_came_from(two_corpora, gpt2)
     assert spans[0][1] == 0 and spans[-1][2] == 513
     assert all(a[2] == b[1] and a[0] != b[0] for a, b in itertools.pairwise(spans))
     assert pipeline.dataset_names == ["short", "long"]
+
+
+@pytest.fixture(scope="module")
+def lumpy_mixture(tmp_path_factory):
+    """Two corpora, one with empty documents: the record counts fed back to the mixer depend
+    on what the workers made of each chunk."""
+    root = tmp_path_factory.mktemp("lumpy")
+    with_empty = [
+        {"text": "" if i % 3 == 0 else d["text"]} for i, d in enumerate(synthetic_documents(900, 11))
+    ]
+    return [
+        Dataset.from_path("a", write_jsonl(str(root / "a.jsonl"), with_empty), exhausted="repeat"),
+        Dataset.from_path(
+            "b", write_jsonl(str(root / "b.jsonl"), synthetic_documents(600, 12)), exhausted="repeat"
+        ),
+    ]
+
+
+def _lumpy(datasets, gpt2, runner, unit_tokens):
+    from zephon import TokenEstimation
+
+    estimation = TokenEstimation(4) if unit_tokens else None
+    source = StaticMixtureWorkSource(datasets, {"a": 2, "b": 1}, token_estimation=estimation, seed=5)
+    p = Pipeline(source).options(num_lanes=2, chunk_bytes=1500, flush_every=2, runner=runner)
+    return p.tokenize(gpt2, parallelism=3).pack_flat(48).shuffle(4, seed=2).batch(2)
+
+
+@pytest.mark.parametrize("unit_tokens", [False, True], ids=["records", "tokens"])
+@pytest.mark.parametrize("runner", ["thread", "process"])
+def test_a_mixture_fed_back_by_the_workers_is_the_same_under_every_runner(
+    lumpy_mixture, gpt2, runner, unit_tokens
+):
+    want = [b.digest() for b in drain(_lumpy(lumpy_mixture, gpt2, "inline", unit_tokens), 120)]
+    got = [b.digest() for b in drain(_lumpy(lumpy_mixture, gpt2, runner, unit_tokens), 120)]
+    assert got == want
+
+
+@pytest.mark.parametrize("runner", ["inline", "thread", "process"])
+def test_a_mixture_conforms_restore_at_every_step(lumpy_mixture, gpt2, runner):
+    from zephon.testing import check_conformance
+
+    every = 7 if runner == "process" else 2
+    check_conformance(lambda: _lumpy(lumpy_mixture, gpt2, runner, False), steps=60, tail=3, every=every)
+
+
+def test_a_mixing_lane_state_stays_small_over_many_steps(lumpy_mixture, gpt2):
+    import json
+
+    pipeline = _lumpy(lumpy_mixture, gpt2, "inline", True)
+    iterator, sizes = iter(pipeline), {}
+    for step in range(1, 1201):
+        next(iterator)
+        if step in (40, 400, 1200):
+            sizes[step] = max(len(json.dumps(v)) for v in pipeline.state_dict()["lanes"].values())
+    pipeline.close()
+    assert max(sizes.values()) < 1024 and sizes[1200] - sizes[400] < 64, sizes

@@ -100,3 +100,47 @@ def test_iterating_without_batch_is_explained(corpus, gpt2):
     pipeline = Pipeline(Dataset.from_path("synthetic", corpus)).tokenize(gpt2).pack_flat(8)
     with pytest.raises(ValueError, match=r"end the pipeline with .batch"):
         iter(pipeline)
+
+
+def test_a_map_error_keeps_its_type_and_says_where(tmp_path, gpt2):
+    import json
+
+    write_jsonl(str(tmp_path / "d.jsonl"), [{"text": "{not json"}])
+    pipeline = Pipeline(Dataset.from_path("d", str(tmp_path / "d.jsonl")))
+    pipeline = pipeline.map(lambda r: json.loads(r["text"])).tokenize(gpt2).pack_flat(8).batch(1)
+    with pytest.raises(json.JSONDecodeError) as error:
+        drain(pipeline, 1)
+    assert "dataset 'd'" in " ".join(getattr(error.value, "__notes__", []))
+
+
+def test_a_filter_built_with_another_threshold_is_another_recipe():
+    from zephon.ops.records import function_fingerprint
+
+    def longer_than(n):
+        return lambda r: len(r["text"]) > n
+
+    assert function_fingerprint(longer_than(5)) != function_fingerprint(longer_than(500))
+    assert function_fingerprint(longer_than(5)) == function_fingerprint(longer_than(5))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cache": True}, r"io_options\['cache'\] must be a dict"),
+        ({"cache": {"max_bytes": "1G"}}, r"io_options\['cache'\]\['max_bytes'\] = '1G' should be a int"),
+        ({"retries": {"attemps": 3}}, r"unknown keys \['attemps'\]"),
+        ({"cash": {}}, r"unknown io_options \['cash'\]"),
+    ],
+)
+def test_bad_io_options_are_explained(corpus, options, message):
+    with pytest.raises(ValueError, match=message):
+        Pipeline(Dataset.from_path("d", corpus)).options(io_options=options)
+
+
+def test_negative_seeds_are_refused_when_the_pipeline_is_built(corpus, gpt2):
+    from zephon import DatasetWorkSource
+
+    with pytest.raises(ValueError, match=r"shuffle\(seed=-1\): must be an int >= 0"):
+        Pipeline(Dataset.from_path("d", corpus)).tokenize(gpt2).pack_flat(8).shuffle(4, seed=-1)
+    with pytest.raises(ValueError, match="seed must be an int >= 0"):
+        DatasetWorkSource(Dataset.from_path("d", corpus), seed=-3)

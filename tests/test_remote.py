@@ -317,3 +317,10 @@ def test_transient_errors_are_retried_and_permanent_ones_are_not():
     with pytest.raises(FileNotFoundError, match="s3://b/k: not found"):
         retrying("s3://b/k", missing, RetryPolicy(attempts=5, backoff=0.01))
     assert len(calls) == 1
+
+
+def test_a_one_word_tokenizer_id_is_looked_up_on_the_hub(hub):
+    from zephon.io.tokenizer import load_tokenizer
+
+    with pytest.raises(ValueError, match=r"tokenizer 'bert-base-nothing': no such repo"):
+        load_tokenizer("bert-base-nothing")

@@ -110,3 +110,22 @@ def test_unsupported_state_version_is_refused(make_rank):
     state["version"] = 99
     with pytest.raises(ValueError, match="version 99 is not supported"):
         make_rank(1, 0).load_state_dict(state)
+
+
+def test_an_iterator_of_a_closed_run_ends_instead_of_hanging(make_rank):
+    pipeline = make_rank(1, 0)
+    old = iter(pipeline)
+    next(old)
+    new = iter(pipeline)  # a new run from the delivered state closes the old one
+    assert list(old) == []
+    assert next(new).index == 0 and next(new).lane == 2  # lane 0 gave batch 0 before; now lanes 1, 2...
+    pipeline.close()
+
+
+def test_merging_keeps_the_rates_of_ranks_that_measured_them():
+    a = {"version": 1, "fingerprint": {"x": 1}, "rates": None, "lanes": {"0": {}}}
+    b = {"version": 1, "fingerprint": {"x": 1}, "rates": {"d": 0.2}, "lanes": {"1": {}}}
+    assert merge_states([a, b])["rates"] == {"d": 0.2}
+    c = dict(b, rates={"d": 0.3}, lanes={"2": {}})
+    with pytest.raises(ValueError, match="disagree on 'rates'"):
+        merge_states([b, c])

@@ -138,3 +138,13 @@ def test_a_checkpoint_of_another_global_batch_size_is_refused():
         ValueError, match=r"training.global_batch_size was 16 when the checkpoint was made and is 32"
     ):
         other.load_state_dict(state)
+
+
+def test_recipe_dataset_paths_and_globs_are_relative_to_the_recipe(tmp_path):
+    (tmp_path / "recipes").mkdir()
+    path = tmp_path / "recipes" / "r.toml"
+    path.write_text("[tokenizer]\nid = 'org/tok'\n[[datasets]]\nname = 'a'\npath = '../data/*.jsonl'\n")
+    recipe = load_recipe(str(path))
+    assert recipe.resolve("../data/*.jsonl") == str(tmp_path / "data" / "*.jsonl")
+    assert recipe.resolve("s3://bucket/x.parquet") == "s3://bucket/x.parquet"
+    assert recipe.tokenizer_id == "org/tok", "an id that is no file next to the recipe is a hub id"

@@ -7,12 +7,14 @@ yields the results in submission order, so the output is the same whatever runs 
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from zephon.batch import Batch
+from zephon.errors import with_context
 from zephon.io import Chunk
 from zephon.ops import Operator
 from zephon.ops.containers import sum_counters
@@ -45,7 +47,22 @@ class Chain:
         except ValueError as e:
             name = self.names[chunk.dataset]
             where = f"dataset {name!r} (shard {chunk.shard}, [{chunk.start}, {chunk.stop}))"
-            raise type(e)(f"{where}: {e}") from e
+            error = with_context(e, where)
+            if error is e:
+                raise
+            raise error from e
+
+
+class Measured:
+    """A work function that also returns the units of its result: counted in the worker, so
+    that what the source mixes by never depends on when a thread looks at the result."""
+
+    def __init__(self, work, units):
+        self.work, self.units = work, units
+
+    def __call__(self, unit):
+        result = self.work(unit)
+        return result, self.units(result)
 
 
 class Stage:
@@ -56,16 +73,19 @@ class Stage:
     """
 
     def __init__(self, ops: list[Operator], runner: Runner, dataset_names: list[str], units=None):
-        self.ops, self.units = ops, units
+        self.ops, self.measured = ops, units is not None
         self.stateless = ops[0].stateless
         self.work = Chain(ops, dataset_names) if self.stateless else ops[0].work
+        if self.measured:
+            self.work = Measured(self.work, units)  # results are (container, units)
         parallelism = max(op.parallelism for op in ops)
         self.executor = runner.executor(self.work, parallelism)
         self.lookahead = max(1, 2 * parallelism)
 
-    def _report(self, pending: Pending, future) -> None:
+    @staticmethod
+    def _report(pending: Pending, future) -> None:
         ok = not future.cancelled() and future.exception() is None
-        pending.set(self.units(future.result()) if ok else 0)  # on failure the error surfaces in order
+        pending.set(future.result()[1] if ok else 0)  # on failure the error surfaces in order
 
     def run(self, lane: int, window: int, upstream: Iterator) -> Iterator:
         op = self.ops[0]
@@ -79,7 +99,7 @@ class Stage:
                 if isinstance(unit, Work):
                     future = self.executor.submit(unit.chunk)
                     if unit.pending is not None:
-                        future.add_done_callback(lambda f, p=unit.pending: self._report(p, f))
+                        future.add_done_callback(lambda f, p=unit.pending: Stage._report(p, f))
                 else:
                     future = self.executor.submit(unit)
                 inflight.append((future, None, pending))
@@ -94,28 +114,29 @@ class Stage:
                 pending = {}
             else:
                 counters = getattr(message, "counters", None)
-                if counters and not self.stateless:
-                    pending = sum_counters([pending, counters])
-                    message.counters = {}
+                if counters and not self.stateless:  # the accumulator consumes the container:
+                    pending = sum_counters([pending, counters])  # its counters ride on
                 submit(acc.push(message))
             while inflight and (len(inflight) > self.lookahead or _ready(inflight[0])):
-                yield _result(inflight.popleft())
+                yield self._result(inflight.popleft())
         while inflight:
-            yield _result(inflight.popleft())
+            yield self._result(inflight.popleft())
+
+    def _result(self, entry):
+        future, payload, counters = entry
+        if future is None:
+            return payload
+        result = future.result()
+        if self.measured:
+            result = result[0]
+        if counters:  # a new container: never mutate one another thread may be reading
+            result = copy.copy(result)
+            result.counters = sum_counters([result.counters, counters])
+        return result
 
 
 def _ready(entry) -> bool:
     return entry[0] is None or entry[0].done()
-
-
-def _result(entry):
-    future, payload, counters = entry
-    if future is None:
-        return payload
-    result = future.result()
-    if counters:
-        result.counters = sum_counters([result.counters, counters])
-    return result
 
 
 def window_messages(plan: LanePlan, lane: int, start: LaneState, flush_every: int) -> Iterator:

@@ -137,7 +137,8 @@ class Pipeline:
             self._run = None
 
     def __del__(self):
-        self.close()
+        if getattr(self, "_run", None) is not None:
+            self.close()
 
     def _stages(self, runner) -> list[Stage]:
         names = [d.name for d in self.source.datasets]
@@ -157,7 +158,7 @@ class Pipeline:
             def measure(d, chunks):
                 futures = [first.executor.submit(c) for c in chunks]
                 for f in futures:
-                    docs = f.result()
+                    docs, _ = f.result()
                     yield _record_units(docs), _token_units(docs)
 
             ctx = PlanContext(
@@ -245,6 +246,7 @@ class _Run:
         self.stages = pipeline._stages(self.runner)
         self.plan = pipeline._ensure_plan(self.stages[0])
         self.states = pipeline._lane_states()
+        self.closed = False
         self.streams: dict[int, Iterator] = {}
         for lane in pipeline.owned_lanes:
             start = dataclasses.replace(self.states[lane])
@@ -261,7 +263,7 @@ class _Run:
         # Round-robin over the lanes, in the form that survives a restore mid-round: next is
         # the lane with the lowest (next index, lane number).
         active = set(self.streams)
-        while active:
+        while active and not self.closed:  # a closed run delivers nothing more: a new run owns the state
             lane = min(active, key=lambda lane: (self.states[lane].index, lane))
             try:
                 batch, window, delivered, cursor = next(self.streams[lane])
@@ -284,6 +286,7 @@ class _Run:
         state.counters = sum_counters([state.counters, batch.counters])
 
     def close(self) -> None:
+        self.closed = True
         for stream in self.streams.values():
             getattr(stream, "close", lambda: None)()
         for stage in self.stages:

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from zephon.work import Cursor
 
 VERSION = 1
-TOP_LEVEL = ("version", "fingerprint", "rates", "lanes")
 
 
 @dataclass(slots=True)
@@ -84,8 +83,12 @@ def merge_states(states: list[dict]) -> dict:
     lanes: dict = {}
     for i, state in enumerate(states):
         check_version(state)
+        if merged.get("rates") is None:  # a rank that had not run yet has not measured them
+            merged["rates"] = state.get("rates")
         for key in set(state) | set(merged):
-            if key != "lanes" and state.get(key) != merged.get(key):
+            if key == "lanes" or (key == "rates" and state.get(key) is None):
+                continue
+            if state.get(key) != merged.get(key):
                 raise ValueError(f"states 0 and {i} disagree on {key!r}; were they saved by one job?")
         for lane, value in state["lanes"].items():
             if lane in lanes:

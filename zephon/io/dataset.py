@@ -95,6 +95,7 @@ class Dataset:
             progress = Progress(f"planning {self.name}", len(shards), "files")
 
             def plan(i: int) -> list[tuple[int, int, int]]:
+                self._check_columns(fmt.schema_names(shards[i], opener), shards[i])
                 ranges = [(i, a, b) for a, b in fmt.plan(shards[i], chunk_size, chunk_bytes, opener)]
                 progress.update()
                 return ranges
@@ -104,6 +105,13 @@ class Dataset:
                 raise ValueError(f"dataset {self.name!r} has no records: {self.path}")
             self._cache[key] = ChunkTable.from_ranges(ranges)
         return self._cache[key]
+
+    def _check_columns(self, names: list[str] | None, shard: Shard) -> None:
+        missing = [c for c in self.columns or () if names is not None and c not in names]
+        if missing:
+            raise ValueError(
+                f"dataset {self.name!r}: no column(s) {missing} in {shard.url}; its columns are {names}"
+            )
 
     def opener(self, io: IOConfig | None = None) -> Opener:
         return Opener(io or IOConfig(), self.storage_options)

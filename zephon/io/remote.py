@@ -27,6 +27,7 @@ from typing import TypeVar
 import fsspec
 from fsspec.utils import get_protocol
 
+from zephon.errors import with_context
 from zephon.io.cache import BlockCache
 from zephon.io.chunks import Shard
 
@@ -77,13 +78,30 @@ class IOConfig:
         built = {}
         for name, cls in parts.items():
             given = options.get(name) or {}
-            valid = {f.name for f in dataclasses.fields(cls)}
-            if not isinstance(given, dict) or set(given) - valid:
+            fields = {f.name: f.type for f in dataclasses.fields(cls)}
+            if not isinstance(given, dict):
                 raise ValueError(
-                    f"io_options[{name!r}]: unknown keys {sorted(set(given) - valid)}; valid: {sorted(valid)}"
+                    f"io_options[{name!r}] must be a dict with keys {sorted(fields)}, got {given!r}"
                 )
+            unknown = sorted(set(given) - set(fields))
+            if unknown:
+                raise ValueError(f"io_options[{name!r}]: unknown keys {unknown}; valid: {sorted(fields)}")
+            for key, value in given.items():
+                if not _is(value, fields[key]):
+                    raise ValueError(f"io_options[{name!r}][{key!r}] = {value!r} should be a {fields[key]}")
             built[name] = cls(**given)
         return IOConfig(**built)
+
+
+def _is(value, type_name: str) -> bool:
+    """Whether an io option has its field's type (names, as `from __future__` leaves them)."""
+    if type_name == "bool":
+        return isinstance(value, bool)
+    if type_name == "str":
+        return isinstance(value, str)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return False
+    return type_name == "float" or isinstance(value, int)
 
 
 _CACHES: dict[tuple, BlockCache] = {}
@@ -138,7 +156,10 @@ def retrying(what: str, fn: Callable[[], T], policy: RetryPolicy) -> T:
             return fn()
         except Exception as e:
             if not is_transient(e):
-                raise _permanent(what, e) from e
+                permanent = _permanent(what, e)
+                if permanent is e:
+                    raise
+                raise permanent from e
             elapsed = time.monotonic() - start
             wait = min(policy.max_wait, policy.backoff * 2 ** (attempt - 1))
             if attempt >= policy.attempts or elapsed + wait > policy.budget:
@@ -159,7 +180,7 @@ def _permanent(what: str, error: Exception) -> Exception:
         return FileNotFoundError(f"{what}: not found ({type(error).__name__}: {error})")
     if isinstance(error, PermissionError) or status in (401, 403):
         return PermissionError(f"{what}: access denied; check the credentials in storage_options ({error})")
-    return type(error)(f"{what}: {error}") if isinstance(error, ValueError | OSError) else error
+    return with_context(error, what)
 
 
 class Opener:

@@ -3,10 +3,11 @@
 ``tokenizer_id`` is, in this order of lookup:
 
 - ``tiktoken:NAME``, or a bare tiktoken encoding name (``cl100k_base``, ``o200k_base``,
-  ``gpt2``...): a tiktoken encoding, from tiktoken's cache (``TIKTOKEN_CACHE_DIR``) or download;
+  ``gpt2``: the same ids as the Hugging Face ``gpt2``): a tiktoken encoding, from tiktoken's
+  cache (``TIKTOKEN_CACHE_DIR``) or download;
 - a local ``tokenizer.json``, or a folder holding one (and maybe ``tokenizer_config.json``);
-- a Hugging Face repo id (``ORG/NAME[@REVISION]``): its ``tokenizer.json`` from the local
-  Hugging Face cache first, then from the hub.
+- a Hugging Face repo id (``ORG/NAME[@REVISION]``, or a legacy one-word id): its
+  ``tokenizer.json`` from the local Hugging Face cache first, then from the hub.
 
 Encoding releases the GIL in both backends, so threads encode in parallel.
 """
@@ -52,15 +53,17 @@ class HFTokenizer(TextTokenizer):
         with open(tokenizer_json, "rb") as f:
             raw = f.read()
         self.tokenizer_id, self.backend = tokenizer_id, Tokenizer.from_str(raw.decode("utf-8"))
-        config = {}
+        config, config_raw = {}, b""
         if config_json and os.path.isfile(config_json):
-            with open(config_json) as f:
-                config = json.load(f)
+            with open(config_json, "rb") as f:
+                config_raw = f.read()
+            config = json.loads(config_raw)
         self.eos_id = self._special(config.get("eos_token"), _EOS_NAMES)
         bos = self._special(config.get("bos_token"), _BOS_NAMES)
         # GPT-2 style: one <|endoftext|> separates documents; don't add it twice
         self.bos_id = None if bos == self.eos_id else bos
-        self.fingerprint = hashlib.sha256(raw).hexdigest()[:16]
+        # the config names the special tokens that tokenize adds: part of what shapes the data
+        self.fingerprint = hashlib.sha256(raw + b"\0" + config_raw).hexdigest()[:16]
 
     @property
     def vocab_size(self) -> int:
@@ -147,12 +150,12 @@ def _load(tokenizer_id: str) -> TextTokenizer:
         return HFTokenizer(tokenizer_id, path, os.path.join(os.path.dirname(path), "tokenizer_config.json"))
     if _is_tiktoken_name(tokenizer_id):
         return TiktokenTokenizer(tokenizer_id, tokenizer_id)
-    if "/" in tokenizer_id and not tokenizer_id.startswith((".", "/", "~")):
-        return _from_hub(tokenizer_id)
-    raise ValueError(
-        f"tokenizer {tokenizer_id!r} not found: give a tokenizer.json file or its folder, a "
-        "Hugging Face repo id ORG/NAME, or a tiktoken encoding (tiktoken:NAME)"
-    )
+    if tokenizer_id.startswith((".", "/", "~")) or tokenizer_id.endswith(".json"):
+        raise ValueError(
+            f"tokenizer {tokenizer_id!r} not found: give a tokenizer.json file or its folder, a "
+            "Hugging Face repo id ORG/NAME, or a tiktoken encoding (tiktoken:NAME)"
+        )
+    return _from_hub(tokenizer_id)
 
 
 def _is_tiktoken_name(name: str) -> bool:

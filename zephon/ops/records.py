@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,9 @@ class Read(Operator):
 
 
 def function_fingerprint(fn: Callable) -> str:
-    """Name plus a digest of the code, so that an edited map or filter changes the recipe."""
+    """Name plus a digest of the code, its default arguments and the values its closure
+    captured, so that an edited map or filter (or one built with another threshold) changes the
+    recipe. Globals it reads by name are not included: pass such settings as arguments."""
     name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
     code = getattr(fn, "__code__", None)
     if code is None:
@@ -43,8 +46,21 @@ def function_fingerprint(fn: Callable) -> str:
         except Exception:
             payload = name.encode()
     else:
-        payload = _code_bytes(code)
+        cells = [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
+        # object addresses differ from process to process: not part of what was captured
+        captured = re.sub(
+            r" at 0x[0-9a-fA-F]+", "", repr((fn.__defaults__, fn.__kwdefaults__, cells))
+        ).encode()
+        payload = _code_bytes(code) + b"|" + captured
     return f"{name}:{hashlib.sha256(payload).hexdigest()[:12]}"
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
 
 
 def _code_bytes(code) -> bytes:

@@ -22,6 +22,8 @@ class Shuffle(Operator):
         super().__init__(parallelism)
         if not isinstance(buffer_size, int) or buffer_size < 1:
             raise ValueError(f"shuffle(buffer_size={buffer_size!r}): must be an int >= 1")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"shuffle(seed={seed!r}): must be an int >= 0")
         self.buffer_size, self.seed = buffer_size, int(seed)
 
     def params(self) -> dict:

@@ -41,7 +41,10 @@ class Tokenize(Operator):
                 "tokenizer whose tokenizer_config.json names eos_token"
             )
         if add_bos and tok.bos_id is None:
-            raise ValueError(f"tokenizer {tokenizer_id!r} defines no BOS token; pass add_bos=False")
+            raise ValueError(
+                f"tokenizer {tokenizer_id!r} defines no BOS token distinct from its EOS (documents are "
+                "already separated by EOS); pass add_bos=False"
+            )
         self.add_eos = bool(add_eos)
         self.add_bos = tok.bos_id is not None if add_bos is None else bool(add_bos)
 

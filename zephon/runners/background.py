@@ -53,7 +53,14 @@ class Prefetcher:
         return self
 
     def __next__(self):
-        item = self.queue.get()
+        while True:
+            if self.stop.is_set():
+                raise StopIteration  # closed: nothing more comes, even if some was queued
+            try:
+                item = self.queue.get(timeout=0.1)
+                break
+            except queue.Empty:
+                continue
         if item is _END:
             self.queue.put(_END)  # stay exhausted
             raise StopIteration

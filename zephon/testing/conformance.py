@@ -29,10 +29,11 @@ def drain(pipeline: Pipeline, n: int) -> list[Batch]:
 
 
 def _structure(value):
+    """Keys and types; counters and list lengths may change (a mixing lane's recent chunks)."""
     if isinstance(value, dict):
         return {k: _structure(v) for k, v in value.items() if k != "counters"}
     if isinstance(value, list):
-        return [type(v).__name__ for v in value]
+        return "list"
     return type(value).__name__
 
 

@@ -319,8 +319,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if m:
                     return self._commits(PLURAL_TO_TYPE[m[1]], unquote(m[2]), unquote(m[3]), head)
                 raise HubError(404, None, f"Unknown endpoint {self.command} {path}")
-            # ---- file download ----
-            m = re.fullmatch(r"/(?:(datasets|spaces)/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+            # ---- file download (legacy one-word model ids too, answered "not found") ----
+            m = re.fullmatch(r"/(?:(datasets|spaces)/)?([^/]+(?:/[^/]+)?)/resolve/([^/]+)/(.+)", path)
             if m:
                 repo_type = PLURAL_TO_TYPE[m[1]] if m[1] else "model"
                 return self._resolve(repo_type, unquote(m[2]), unquote(m[3]), unquote(m[4]), head)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from zephon.batch import batches_per_lane
+
 
 def check_batch_geometry(
     *, num_lanes: int, dp_world_size: int, local_batch_size: int, global_batch_size: int
@@ -15,6 +17,10 @@ def check_batch_geometry(
             "or change num_lanes (that starts a new data order)"
         )
     per_step = num_lanes * local_batch_size
+    try:
+        return batches_per_lane(global_batch_size, num_lanes, local_batch_size)
+    except ValueError:
+        pass  # the same rule as the engine's, said in TorchTitan's words below
     if global_batch_size <= 0:
         raise ValueError(
             "set training.global_batch_size: it decides which data makes each step and must stay "
@@ -28,7 +34,7 @@ def check_batch_geometry(
             f"use a multiple of {per_step} (e.g. {(global_batch_size // per_step + 1) * per_step}), or "
             "change training.local_batch_size or num_lanes"
         )
-    return global_batch_size // per_step
+    raise AssertionError(f"batches_per_lane refused {global_batch_size}, {num_lanes}, {local_batch_size}")
 
 
 def check_vocab(tokenizer_vocab: int, model_vocab: int, tokenizer_id: str) -> None:

@@ -147,14 +147,16 @@ _NAMES = {
     "source.seed": "[recipe] seed",
     "source.mixture": "[[datasets]] weight",
     "source.mixture_unit": "[mixture] unit",
+    "source.mixture_lag": "zephon's version (mixture lag)",
+    "source.token_estimation": "[mixture] sample_chunks",
 }
 
 
 def _readable(change: str) -> str:
     """A fingerprint path in the recipe's words, e.g. operators[1].max_length -> seq_len."""
     path = change.split(":", 1)[0]
-    for prefix, name in _NAMES.items():
-        if path.startswith(prefix):
+    for prefix, name in sorted(_NAMES.items(), key=lambda kv: -len(kv[0])):  # the longest first
+        if path == prefix or path.startswith(prefix + "."):
             return f"{name} ({change})"
     leaf = path.rsplit(".", 1)[-1]
     if path.startswith("operators") and leaf in ("seed", "buffer_size"):

@@ -2,7 +2,8 @@
 
 A recipe knows nothing of ranks: :func:`build_pipeline` turns it into a zephon pipeline for one
 rank, given the numbers TorchTitan decides (dp rank and size, sequence length, batch size).
-Relative paths (datasets, tokenizer folder) are relative to the recipe file. Schema::
+Relative dataset paths and globs are relative to the recipe file; a tokenizer id is a path
+relative to the recipe if such a file or folder exists, else a hub id or tiktoken:NAME. Schema::
 
     [recipe]                     # all optional
     seed = 0                     # plans and mixture
@@ -88,18 +89,22 @@ class Recipe:
 
     @property
     def tokenizer_id(self) -> str:
-        return self.resolve(self.sections["tokenizer"]["id"])
+        return self.resolve_id(self.sections["tokenizer"]["id"])
 
     @property
     def max_length(self) -> int | None:
         return self.get("packing", "max_length")
 
-    def resolve(self, value: str) -> str:
-        """A path relative to the recipe file if such a file or folder exists, else ``value``
-        as given (a URL, a hub id, a tiktoken name)."""
-        if "://" in value or os.path.isabs(value):
-            return value
-        candidate = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(self.path)), value))
+    def resolve(self, path: str) -> str:
+        """A dataset path: URLs and absolute paths as given, others relative to the recipe."""
+        if "://" in path or os.path.isabs(path):
+            return path
+        return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(self.path)), path))
+
+    def resolve_id(self, value: str) -> str:
+        """A tokenizer id: a file or folder relative to the recipe if there is one (or the id
+        starts with '.'), else as given (a hub id, tiktoken:NAME)."""
+        candidate = self.resolve(value)
         return candidate if os.path.exists(candidate) or value.startswith(".") else value
 
 

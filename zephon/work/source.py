@@ -77,8 +77,8 @@ class StaticMixtureWorkSource:
             if len(datasets) > 1:
                 raise ValueError(f"several datasets {names} need a mixture={{name: weight}}")
             mixture = {names[0]: 1.0}
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise ValueError(f"seed must be an int, got {seed!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.datasets, self.seed, self.token_estimation = list(datasets), seed, token_estimation
         self.shares = normalize(mixture, names)
 
@@ -92,6 +92,7 @@ class StaticMixtureWorkSource:
             "mixture": {d.name: s for d, s in zip(self.datasets, self.shares, strict=True)},
             "mixture_unit": self.unit,
             "mixture_lag": LAG if len(self.datasets) > 1 else 0,
+            "token_estimation": self.token_estimation.sample_chunks if self.token_estimation else None,
             "seed": self.seed,
         }
 

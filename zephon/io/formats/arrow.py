@@ -37,6 +37,10 @@ class ArrowFormat(Format):
     name = "arrow"
     unit = "rows"
 
+    def schema_names(self, shard: Shard, opener) -> list[str]:
+        batches = _batches(shard, opener)
+        return list(batches[0].schema.names) if batches else []
+
     def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
         ranges, start = [], 0
         for batch in _batches(shard, opener):

@@ -32,6 +32,10 @@ class Format(ABC):
     def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
         """Chunk ranges of ``shard`` from its metadata, in this format's unit."""
 
+    def schema_names(self, shard: Shard, opener) -> list[str] | None:
+        """The field names of ``shard`` from its metadata, or None if it has no schema."""
+        return None
+
     @abstractmethod
     def read(self, shard: Shard, start: int, stop: int, columns: tuple[str, ...] | None, opener) -> Records:
         """The records of ``[start, stop)`` of ``shard``; ``opener`` (a zephon.io.remote.Opener)

@@ -57,7 +57,10 @@ class JsonLinesFormat(_LineFormat):
             hint = " (is this a JSON array file? write one object per line)" if line[:1] == b"[" else ""
             raise ValueError(f"expected a JSON object, got {type(record).__name__}{hint}")
         if columns is not None:
-            return {c: record.get(c) for c in columns}
+            missing = [c for c in columns if c not in record]
+            if missing:
+                raise ValueError(f"no column(s) {missing} in this record; its fields are {sorted(record)}")
+            return {c: record[c] for c in columns}
         return record
 
 

@@ -36,6 +36,9 @@ class ParquetFormat(Format):
             _FOOTERS.put(key, metadata)
         return metadata
 
+    def schema_names(self, shard: Shard, opener) -> list[str]:
+        return list(self.footer(shard, opener).schema.to_arrow_schema().names)
+
     def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
         ranges = []
         for start, stop in row_group_bounds(self.footer(shard, opener)):
