@@ -150,3 +150,15 @@ def test_a_misspelt_column_is_named_at_plan_time_for_parquet_and_at_read_for_jso
     jsonl = write_jsonl(str(tmp_path / "d.jsonl"), DOCS)
     with pytest.raises(DataError, match=r"line 1: no column\(s\) \['txt'\] in this record; its fields are"):
         _read_all(Dataset.from_path("d", jsonl, columns=["txt"]), 100, 1 << 20)
+
+
+@pytest.mark.parametrize("exhausted", ["stop", "repeat"])
+def test_a_dataset_of_blank_lines_is_an_error_not_an_empty_or_endless_run(tmp_path, gpt2, exhausted):
+    from zephon import Pipeline
+    from zephon.testing import drain
+
+    (tmp_path / "blank.jsonl").write_text("\n" * 5000)
+    ds = Dataset.from_path("blank", str(tmp_path / "blank.jsonl"), exhausted=exhausted)
+    pipeline = Pipeline(ds).options(num_lanes=2, chunk_bytes=500).tokenize(gpt2).pack_flat(16).batch(1)
+    with pytest.raises(ValueError, match=r"no usable records"):
+        drain(pipeline, 10)

@@ -124,7 +124,7 @@ def test_lane_state_saved_on_2_ranks_loads_on_4_in_process():
         template = loader.state_dict()  # what DCP asks for: this rank's lanes only
         loader.load_state_dict({k: merged[k] for k in template})
         resumed += [b[1] for b in itertools.islice(iter(loader), 2)]
-    # lanes' third and fourth batches, as the 1-rank run delivers them (round-robin over 8 lanes)
+    # every lane's third batch (index 2), as the 1-rank run delivers them (round-robin over 8 lanes)
     want = reference[16:24]
     assert sorted(x.numpy().tobytes() for x in resumed) == sorted(x.numpy().tobytes() for x in want)
 

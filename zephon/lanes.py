@@ -164,9 +164,11 @@ def lane_batches(
     for stage in stages:
         stream = stage.run(lane, start.window, stream)
     window, cursor, position = start.window, start.cursor, 0
-    first_index, carried = start.index - start.delivered, {}
+    first_index, carried, empty_windows = start.index - start.delivered, {}, 0
     for item in stream:
         if isinstance(item, Flush):
+            empty_windows = empty_windows + 1 if position == 0 else 0
+            _check_not_empty(plan, lane, empty_windows, flush_every)
             first_index += position
             window, cursor, position = item.window, item.cursor, 0
             carried = sum_counters([carried, item.counters])
@@ -179,3 +181,16 @@ def lane_batches(
         batch.counters = sum_counters([carried, item.counters])
         carried = {}
         yield batch, window, position, cursor
+
+
+def _check_not_empty(plan: LanePlan, lane: int, empty_windows: int, flush_every: int) -> None:
+    """A window with any token gives a batch (its last row padded). Windows without one for two
+    epochs of every dataset mean there is nothing to read: say so instead of spinning forever."""
+    epoch = sum(-(-len(t) // plan.num_lanes) for t in plan.tables)  # this lane's chunks per epoch
+    if empty_windows * flush_every > 2 * epoch + flush_every:
+        names = [d.name for d in plan.source.datasets]
+        raise ValueError(
+            f"lane {lane} read {empty_windows * flush_every} chunks (two epochs of datasets {names}) "
+            "without one token: the datasets hold no usable records (blank lines? a filter that "
+            "drops everything? the wrong tokenize field?)"
+        )

@@ -272,6 +272,12 @@ class _Run:
                 continue
             self._delivered(batch, window, delivered, cursor)
             yield batch
+        if not self.closed and not any(state.index for state in self.states.values()):
+            names = [d.name for d in self.pipeline.source.datasets]
+            raise ValueError(
+                f"the pipeline ended without a batch: datasets {names} hold no usable records "
+                "(blank lines? a filter that drops everything?)"
+            )
 
     def _delivered(self, batch: Batch, window: int, delivered: int, cursor) -> None:
         state = self.states[batch.lane]
