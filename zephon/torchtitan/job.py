@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
 from typing import Any
 
 from torchtitan.config import ConfigManager
@@ -31,7 +30,7 @@ from torchtitan.config import ConfigManager
 from zephon.torchtitan import cpu
 from zephon.torchtitan.checks import check_batch_geometry, check_vocab
 from zephon.torchtitan.dataloader import ZephonDataLoader
-from zephon.torchtitan.recipe import load_recipe
+from zephon.torchtitan.recipe import load_recipe, read_toml
 from zephon.torchtitan.tokenizer import ZephonTokenizer
 
 RESERVED = {"model_spec", "dataloader", "tokenizer"}  # set by zephon, not by the job's sections
@@ -90,13 +89,7 @@ def _pop_option(args: list[str], name: str) -> tuple[str | None, list[str]]:
 
 
 def read_job(path: str) -> dict[str, Any]:
-    if not os.path.isfile(path):
-        raise ValueError(f"job config {path} not found (job configs live in train_configs/)")
-    with open(path, "rb") as f:
-        try:
-            job = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"job config {path}: {e}") from None
+    job = read_toml(path, "job config", "train_configs")
     if "data" not in job or "recipe" not in job["data"]:
         raise ValueError(f'job config {path}: add [data] recipe = "zephon_recipes/NAME.toml"')
     unknown = sorted(set(job["data"]) - DATA_KEYS)

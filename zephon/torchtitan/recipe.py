@@ -108,15 +108,20 @@ class Recipe:
         return candidate if os.path.exists(candidate) or value.startswith(".") else value
 
 
-def load_recipe(path: str, overrides: dict[str, dict[str, Any]] | None = None) -> Recipe:
-    """Read and check a recipe; ``overrides`` ({section: {key: value}}) replace its values."""
+def read_toml(path: str, kind: str, home: str) -> dict[str, Any]:
+    """A TOML file, or a ValueError naming it (``kind``: "data recipe"; ``home``: its folder)."""
     if not os.path.isfile(path):
-        raise ValueError(f"data recipe {path} not found (recipes live in zephon_recipes/)")
+        raise ValueError(f"{kind} {path} not found ({kind}s live in {home}/)")
     with open(path, "rb") as f:
         try:
-            data = tomllib.load(f)
+            return tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"data recipe {path}: {e}") from None
+            raise ValueError(f"{kind} {path}: {e}") from None
+
+
+def load_recipe(path: str, overrides: dict[str, dict[str, Any]] | None = None) -> Recipe:
+    """Read and check a recipe; ``overrides`` ({section: {key: value}}) replace its values."""
+    data = read_toml(path, "data recipe", "zephon_recipes")
     datasets = data.pop("datasets", None)
     unknown = sorted(set(data) - set(SECTIONS))
     if unknown:
