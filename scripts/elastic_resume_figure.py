@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
+
+from zephon.testing import logged_losses
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "train_configs", "llama3_debug.toml")
@@ -34,8 +35,7 @@ def run(ngpu: int, config: str, dump: str, *args: str) -> dict[int, float]:
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{(result.stdout + result.stderr)[-4000:]}")
-    pattern = r"step:\s*(\d+)\s+loss:\s*([0-9.]+)"
-    found = {int(s): float(x) for s, x in re.findall(pattern, result.stdout)}
+    found = logged_losses(result.stdout)
     print(
         f"  {ngpu} rank(s) {' '.join(args)}: {len(found)} steps in {time.monotonic() - start:.0f}s",
         flush=True,

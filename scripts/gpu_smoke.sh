@@ -18,11 +18,12 @@ cp "$OUT/run/batch_digests.jsonl" "$OUT/first_digests.jsonl"
 NGPU=1 ./run_train.sh "${COMMON[@]}" --checkpoint.load_step 3 2>&1 | tee "$OUT/resumed.log" | grep -E "step: |Error" || true
 
 python - "$OUT" <<'PY'
-import json, re, sys
+import json, sys
+from zephon.testing import logged_losses
 out = sys.argv[1]
 def losses(path):
     with open(path) as f:
-        return {int(s): float(x) for s, x in re.findall(r"step:\s*(\d+)\s+loss:\s*([0-9.]+)", f.read())}
+        return logged_losses(f.read())
 with open(f"{out}/first_digests.jsonl") as f:
     first = {d["step"]: d["digest"] for d in map(json.loads, f)}
 with open(f"{out}/run/batch_digests.jsonl") as f:

@@ -16,7 +16,7 @@ import pytest
 
 from zephon import Dataset
 from zephon.io import RemoteUnavailableError
-from zephon.testing import kjv_path
+from zephon.testing.data import kjv_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,9 +27,7 @@ def _records(ds: Dataset, io_config=None) -> list[dict]:
 
 
 def _kjv(n: int | None = None) -> list[dict]:
-    with open(kjv_path()) as f:
-        rows = [json.loads(line) for line in f]
-    return rows[:n] if n else rows
+    return kjv_records()[:n] if n else kjv_records()
 
 
 # -- Hugging Face hub -------------------------------------------------------------------------

@@ -10,6 +10,8 @@ import subprocess
 
 import pytest
 
+from zephon.testing import logged_losses
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "train_configs/llama3_debug.toml"
 
@@ -21,8 +23,7 @@ def run_train(ngpu: int, dump: str, *args: str, config: str = CONFIG, timeout: i
     return result.returncode, result.stdout + result.stderr
 
 
-def losses(log: str) -> dict[int, float]:
-    return {int(s): float(x) for s, x in re.findall(r"step:\s*(\d+)\s+loss:\s*([0-9.]+)", log)}
+losses = logged_losses
 
 
 def digest_lines(dump: str) -> list[dict]:

@@ -24,6 +24,6 @@ __all__ = [
     "write_text",
 ]
 
-from zephon.testing.elastic import run_job, step_digests
+from zephon.testing.elastic import logged_losses, run_job, step_digests
 
-__all__ += ["run_job", "step_digests"]
+__all__ += ["logged_losses", "run_job", "step_digests"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -45,3 +46,8 @@ def run_job(
         batches += got
         states.append(pipeline.state_dict())
     return step_digests(batches, per_lane), merge_states(states)
+
+
+def logged_losses(log: str) -> dict[int, float]:
+    """Step -> loss, from TorchTitan's ``step: N  loss: X`` log lines."""
+    return {int(s): float(x) for s, x in re.findall(r"step:\s*(\d+)\s+loss:\s*([0-9.]+)", log)}
