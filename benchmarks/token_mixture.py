@@ -1,11 +1,18 @@
 #!/usr/bin/env python
-"""Realized token shares of a two-corpus mixture, by tokens (TokenEstimation) and by records.
+"""Realized mixture shares where documents are long next to a lane's run: token and record ratios.
 
-Real text, real tokenizer: the KJV Bible (verses, ~0.15 GPT-2 tokens per byte of JSON lines)
-and Python standard-library sources (~0.4 tokens per byte), GPT-2 BPE, 4 lanes, target 40/60.
-Writes benchmarks/results/token_mixture.txt and .png.
+Real text, real tokenizer (GPT-2 BPE), 8 lanes, 2M delivered tokens, 3 seeds, two cases where one
+chunk of a dataset outweighs a tenth of a lane's run (a lane delivers 250k tokens):
 
-    python benchmarks/token_mixture.py [--tokens 2000000]
+- ``three``: KJV verses (JSON lines) .40, KJV chapters .35 and whole Python standard-library files
+  .25 (Parquet, row groups of 128, ``chunk_size=64``: a chunk of files holds ~200k tokens);
+- ``giants``: KJV verses with the 66 books of the Bible as whole documents among them (up to
+  ~60k tokens each; Parquet, ``chunk_size=64``) .50, small Python files .50.
+
+Token ratios count delivered tokens per dataset; record ratios count delivered documents (their
+EOS tokens). Writes benchmarks/results/token_mixture.txt and .png.
+
+    python benchmarks/token_mixture.py [--tokens 2000000] [--seeds 3]
 """
 
 from __future__ import annotations
@@ -13,48 +20,80 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import platform
+import random
 import tempfile
 import time
+from collections import defaultdict
 
 import numpy as np
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
-from zephon.testing import gpt2_tokenizer_dir, kjv_path, write_jsonl
-from zephon.testing.data import python_source_documents
+from zephon.testing import gpt2_tokenizer_dir, write_jsonl, write_parquet
+from zephon.testing.data import kjv_records, python_source_documents
 
-TARGET = {"bible": 0.4, "code": 0.6}
 HERE = os.path.dirname(os.path.abspath(__file__))
+EOS = 50256
+LANES, MAX_LENGTH, CHUNK_SIZE = 8, 2048, 64
+CASES = {
+    "three": {"verses": 0.40, "chapters": 0.35, "code": 0.25},
+    "giants": {"giants": 0.50, "small_code": 0.50},
+}
 
 
-def run(tmp: str, tokens: int, by_tokens: bool, seed: int) -> tuple[list[int], list[float], dict]:
-    code = os.path.join(tmp, "code.jsonl")
-    if not os.path.exists(code):
-        write_jsonl(code, python_source_documents(4 << 20, max_doc_bytes=12 << 10))
-    datasets = [
-        Dataset.from_path("bible", kjv_path(), exhausted="repeat"),
-        Dataset.from_path("code", code, exhausted="repeat"),
-    ]
-    estimation = TokenEstimation(sample_chunks=16) if by_tokens else None
-    source = StaticMixtureWorkSource(datasets, TARGET, token_estimation=estimation, seed=seed)
+def write_corpora(tmp: str) -> dict[str, str]:
+    """The datasets, from the KJV and the Python standard library."""
+    verses = kjv_records()
+    by_chapter, by_book = defaultdict(list), defaultdict(list)
+    for v in verses:
+        by_chapter[v["book"], v["chapter"]].append(v["text"])
+        by_book[v["book"]].append(v["text"])
+    chapters = [{"text": " ".join(t)} for t in by_chapter.values()]
+    giants = [{"text": v["text"]} for v in verses] + [{"text": " ".join(t)} for t in by_book.values()]
+    random.Random(0).shuffle(giants)  # a few giant documents among many tiny ones
+    code = python_source_documents(8 << 20)
+    paths = {
+        "verses": write_jsonl(os.path.join(tmp, "verses.jsonl"), [{"text": v["text"]} for v in verses]),
+        "chapters": write_parquet(os.path.join(tmp, "chapters.parquet"), chapters, row_group_size=128),
+        "code": write_parquet(os.path.join(tmp, "code.parquet"), code, row_group_size=128),
+        "giants": write_parquet(os.path.join(tmp, "giants.parquet"), giants, row_group_size=128),
+        "small_code": write_jsonl(
+            os.path.join(tmp, "small_code.jsonl"), python_source_documents(4 << 20, max_doc_bytes=4 << 10)
+        ),
+    }
+    return paths
+
+
+def run(paths, tokenizer, case: str, unit: str, seed: int, tokens: int):
+    target = CASES[case]
+    datasets = [Dataset.from_path(name, paths[name], exhausted="repeat") for name in target]
+    estimation = TokenEstimation() if unit == "tokens" else None
+    source = StaticMixtureWorkSource(datasets, target, token_estimation=estimation, seed=seed)
     pipeline = (
         Pipeline(source)
-        .options(num_lanes=4, chunk_bytes=32 << 10, flush_every=4)
-        .tokenize(gpt2_tokenizer_dir(os.path.join(tmp, "gpt2")), parallelism=2)
-        .pack_flat(1024)
-        .shuffle(16, seed=1)
+        .options(num_lanes=LANES, chunk_size=CHUNK_SIZE)
+        .tokenize(tokenizer, parallelism=2)
+        .pack_flat(MAX_LENGTH)
+        .shuffle(256, seed=seed)
         .batch(8)
     )
-    counts, xs, shares, next_mark = np.zeros(2), [], [], 100_000
+    n = len(target)
+    counted, delivered, curve, mark = np.zeros(n), 0, [], 100_000
     for batch in pipeline:
-        counts += np.bincount(batch.sources[batch.sources >= 0], minlength=2)
-        if counts.sum() >= next_mark:
-            xs.append(int(counts.sum()))
-            shares.append(float(counts[0] / counts.sum()))
-            next_mark += 100_000
-        if counts.sum() >= tokens:
+        valid = batch.sources >= 0
+        delivered += int(valid.sum())
+        if unit == "tokens":
+            counted += np.bincount(batch.sources[valid], minlength=n)
+        else:
+            counted += np.bincount(batch.sources[valid & (batch.tokens == EOS)], minlength=n)
+        if delivered >= mark:
+            curve.append((delivered, counted / counted.sum()))
+            mark += 100_000
+        if delivered >= tokens:
             break
     pipeline.close()
-    return xs, shares, pipeline.state_dict()["rates"]
+    shares = counted / counted.sum()
+    return dict(zip(target, shares.tolist(), strict=True)), curve
 
 
 def main() -> None:
@@ -64,23 +103,29 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     lines = [
-        f"Token shares of a {TARGET} mixture of KJV verses and Python sources, GPT-2 BPE,",
-        f"4 lanes, 32 KiB chunks; share of 'bible' after {args.tokens:,} delivered tokens.",
+        f"Realized mixture shares after {args.tokens:,} delivered tokens, {LANES} lanes, GPT-2 BPE,",
+        f"pack_flat({MAX_LENGTH}, wrap), shuffle 256, microbatch 8; Parquet chunk_size={CHUNK_SIZE}.",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}.",
+        "Command: python benchmarks/token_mixture.py",
         "",
-        "mode              seed  bible share  |error|   tokens/byte measured",
+        f"{'case':<8} {'unit':<8} {'seed':>4}  {'worst |error|':>13}  realized shares (target)",
     ]
-    curves = {}
+    curves, worst = {}, defaultdict(float)
     with tempfile.TemporaryDirectory() as tmp:
-        for by_tokens in (True, False):
-            mode = "token ratio" if by_tokens else "record ratio"
-            for seed in range(1, args.seeds + 1):
-                start = time.monotonic()
-                xs, shares, rates = run(tmp, args.tokens, by_tokens, seed)
-                error = abs(shares[-1] - TARGET["bible"])
-                rate_text = ", ".join(f"{k} {v:.3f}" for k, v in rates.items()) if by_tokens else "-"
-                lines.append(f"{mode:<16}  {seed:>4}  {shares[-1]:.4f}       {error:.4f}    {rate_text}")
-                print(lines[-1], f"({time.monotonic() - start:.1f}s)", flush=True)
-                curves[(mode, seed)] = (xs, shares)
+        paths = write_corpora(tmp)
+        tokenizer = gpt2_tokenizer_dir(os.path.join(tmp, "gpt2"))
+        for case, target in CASES.items():
+            for unit in ("tokens", "records"):
+                for seed in range(1, args.seeds + 1):
+                    start = time.monotonic()
+                    shares, curve = run(paths, tokenizer, case, unit, seed, args.tokens)
+                    error = max(abs(shares[k] - target[k]) for k in target)
+                    worst[unit] = max(worst[unit], error)
+                    text = ", ".join(f"{k} {shares[k]:.4f} ({target[k]:.2f})" for k in target)
+                    lines.append(f"{case:<8} {unit:<8} {seed:>4}  {error:>13.4f}  {text}")
+                    print(lines[-1], f"[{time.monotonic() - start:.1f}s]", flush=True)
+                    curves[case, unit, seed] = curve
+    lines += ["", *(f"worst |realized - target| by {u}: {w:.4f} (goal <= 0.005)" for u, w in worst.items())]
     text = "\n".join(lines) + "\n"
     with open(os.path.join(HERE, "results", "token_mixture.txt"), "w") as f:
         f.write(text)
@@ -94,16 +139,22 @@ def _plot(curves, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for (mode, seed), (xs, shares) in curves.items():
-        ax.plot(np.array(xs) / 1e6, shares, color="C0" if mode == "token ratio" else "C3",
-                alpha=0.8, label=mode if seed == 1 else None)  # fmt: skip
-    ax.axhline(TARGET["bible"], color="k", lw=0.8, ls="--", label="target")
-    ax.axhspan(TARGET["bible"] - 0.01, TARGET["bible"] + 0.01, color="k", alpha=0.08, label="target ± 0.01")
-    ax.set_xlabel("delivered tokens (millions)")
-    ax.set_ylabel("share of 'bible' tokens")
-    ax.set_title("Token-ratio vs record-ratio mixing (KJV + Python, GPT-2 BPE)")
-    ax.legend()
+    fig, axes = plt.subplots(1, len(CASES), figsize=(11, 4), sharey=False)
+    for ax, (case, target) in zip(axes, CASES.items(), strict=True):
+        for (c, unit, seed), curve in curves.items():
+            if c != case or unit != "tokens":
+                continue
+            xs = [x / 1e6 for x, _ in curve]
+            for i, name in enumerate(target):
+                ax.plot(xs, [s[i] for _, s in curve], color=f"C{i}", alpha=0.7, lw=1,
+                        label=name if seed == 1 else None)  # fmt: skip
+        for i, share in enumerate(target.values()):
+            ax.axhline(share, color=f"C{i}", lw=0.8, ls="--")
+            ax.axhspan(share - 0.005, share + 0.005, color=f"C{i}", alpha=0.1)
+        ax.set_title(f"{case}: token shares, 3 seeds (band: target ± 0.005)", fontsize=9)
+        ax.set_xlabel("delivered tokens (millions)")
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("realized share of tokens")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -36,8 +36,6 @@ def build(dp_world_size: int, dp_rank: int, tokenizer: str, runner: str) -> Pipe
             dp_rank=dp_rank,
             dp_world_size=dp_world_size,
             runner=runner,
-            chunk_bytes=64 << 10,
-            flush_every=2,
         )
         .tokenize(tokenizer, field="text", parallelism=2)
         .pack_flat(max_length=MAX_LENGTH, algorithm="wrap")

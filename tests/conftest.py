@@ -68,7 +68,7 @@ def corpus_docs() -> list[dict]:
 @pytest.fixture(scope="session")
 def make_rank(corpus, gpt2):
     """make(D, r, **options) -> rank r of D's pipeline over the corpus: 8 lanes, windows of
-    about 8 batches, so that a few global steps cross several windows."""
+    8 rows (the shuffle buffer) = 4 batches, so that a few global steps cross several windows."""
 
     def make(
         world: int,
@@ -78,7 +78,7 @@ def make_rank(corpus, gpt2):
         seed: int = 5,
         **overrides,
     ):
-        options = dict(num_lanes=8, chunk_bytes=2048, flush_every=2, runner=runner)
+        options = dict(num_lanes=8, chunk_bytes=2048, runner=runner)
         options.update(overrides)
         ds = Dataset.from_path("synthetic", corpus, exhausted="repeat")
         return (

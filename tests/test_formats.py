@@ -25,7 +25,7 @@ WRITERS = {
 
 
 def _read_all(ds: Dataset, chunk_size: int, chunk_bytes: int) -> list[dict]:
-    table = ds.chunks(chunk_size, chunk_bytes)
+    table = ds.chunks(1, chunk_size, chunk_bytes)
     return [r for i in range(len(table)) for r in ds.read(table.chunk(0, i))]
 
 
@@ -41,17 +41,53 @@ def test_chunks_cover_every_record_exactly_once_in_order(tmp_path, name, chunk_s
 def test_json_lines_are_chunked_by_byte_ranges_without_reading_the_data(tmp_path):
     path = tmp_path / "big.jsonl"
     path.write_bytes(b"this is not JSON at all\n" * 1000)  # planning must not parse it
-    table = Dataset.from_path("d", str(path)).chunks(1024, 4096)
+    table = Dataset.from_path("d", str(path)).chunks(1, 1024, 4096)
     assert len(table) == -(-path.stat().st_size // 4096)
     assert table.start[0] == 0 and table.stop[-1] == path.stat().st_size
 
 
 def test_parquet_chunks_stay_inside_row_groups(tmp_path):
     path = write_parquet(str(tmp_path / "d.parquet"), DOCS, row_group_size=100)
-    table = Dataset.from_path("d", path).chunks(30, 1)
+    table = Dataset.from_path("d", path).chunks(1, 30, 1 << 30)
     bounds = set(range(0, 437, 100))
     for a, b in zip(table.start, table.stop, strict=True):
         assert b - a <= 30 and not any(a < x < b for x in bounds)
+
+
+def test_parquet_chunks_are_bounded_by_bytes_as_well_as_rows(tmp_path):
+    import pyarrow.parquet as pq
+
+    long = [{"text": d["text"] * 40} for d in DOCS]
+    path = write_parquet(str(tmp_path / "long.parquet"), long, row_group_size=100)
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    per_row = group.total_byte_size / group.num_rows
+    table = Dataset.from_path("d", path).chunks(1, 64, 16 << 10)
+    rows = table.stop - table.start
+    assert rows.max() < 64 and rows.max() * per_row <= 16 << 10
+    assert rows.max() >= (16 << 10) // per_row - 1, "as many rows as fit"
+
+
+@pytest.mark.parametrize("lanes", [8, 32])
+@pytest.mark.parametrize("kind", ["jsonl", "parquet", "jsonl.gz"])
+def test_default_chunking_gives_every_lane_data_of_a_small_dataset(tmp_path, gpt2, lanes, kind, monkeypatch):
+    from zephon import Pipeline
+    from zephon.testing import drain
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # the default cache folder, ~/.cache/zephon, in here
+    if kind == "parquet":  # a few hundred rows in a few row groups
+        path = write_parquet(str(tmp_path / "d.parquet"), DOCS[:300], row_group_size=128)
+    else:  # a few MB of JSON lines (and the same compressed: one file, read by every lane)
+        records = [{"text": d["text"] * 12} for d in DOCS] * 8
+        path = write_jsonl(str(tmp_path / f"d.{kind}"), records)
+    ds = Dataset.from_path("small", path)
+    pipeline = Pipeline(ds).options(num_lanes=lanes).tokenize(gpt2).pack_flat(64).batch(2)
+    table = ds.chunks(lanes)
+    assert len(table) >= lanes
+    batches = drain(pipeline, 2 * lanes)  # round-robin: two rounds over the lanes
+    assert {b.lane for b in batches} == set(range(lanes)), "every lane delivers"
+    assert sum(b.tokens.size for b in batches) > 0
+    if kind.endswith(".gz"):
+        assert len(os.listdir(tmp_path / ".cache" / "zephon" / "plain")) == 1
 
 
 def test_folder_and_glob_list_shards_in_sorted_order(tmp_path):
@@ -100,7 +136,7 @@ def test_missing_path_is_an_error_that_names_it(tmp_path):
 def test_an_empty_dataset_is_an_error_at_plan_time_that_names_the_path(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(ValueError, match=r"dataset 'd' has no records: .*empty\.jsonl"):
-        Dataset.from_path("d", str(tmp_path / "empty.jsonl")).chunks(10, 10)
+        Dataset.from_path("d", str(tmp_path / "empty.jsonl")).chunks(1, 10, 10)
 
 
 def test_a_folder_without_data_files_is_an_error(tmp_path):
@@ -146,7 +182,7 @@ def test_bad_dataset_arguments_are_explained(kwargs, message):
 def test_a_misspelt_column_is_named_at_plan_time_for_parquet_and_at_read_for_json_lines(tmp_path):
     parquet = write_parquet(str(tmp_path / "d.parquet"), DOCS)
     with pytest.raises(ValueError, match=r"no column\(s\) \['txt'\].*its columns are \['id', 'text'\]"):
-        Dataset.from_path("d", parquet, columns=["txt"]).chunks(100, 1)
+        Dataset.from_path("d", parquet, columns=["txt"]).chunks(1, 100, 1)
     jsonl = write_jsonl(str(tmp_path / "d.jsonl"), DOCS)
     with pytest.raises(DataError, match=r"line 1: no column\(s\) \['txt'\] in this record; its fields are"):
         _read_all(Dataset.from_path("d", jsonl, columns=["txt"]), 100, 1 << 20)

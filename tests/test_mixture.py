@@ -63,13 +63,12 @@ def test_mixture_is_elastic_and_resumable(two_corpora, gpt2):
 def test_repeat_starts_a_new_permutation_every_epoch(tmp_path, gpt2):
     docs = synthetic_documents(40, seed=5)
     ds = Dataset.from_path("d", write_jsonl(str(tmp_path / "d.jsonl"), docs), exhausted="repeat")
-    # one chunk per window, and a row holds a whole window: one row per chunk
-    pipeline = Pipeline(ds).options(chunk_bytes=2000, flush_every=1).tokenize(gpt2)
-    pipeline = pipeline.pack_flat(4000, "best_fit")
-    epoch_rows = drain(pipeline.batch(1), 200)
-    rows = [tuple(b.tokens[0][b.sources[0] >= 0].tolist()) for b in epoch_rows]
-    chunks = len(ds.chunks(1024, 2000))
-    first, second = rows[:chunks], rows[chunks : 2 * chunks]
+    pipeline = Pipeline(ds).options(chunk_bytes=2000).tokenize(gpt2).pack_flat(64).batch(1)
+    tokens = np.concatenate([b.tokens[0] for b in drain(pipeline, 400)])  # wrap: the lane's stream
+    ends = np.flatnonzero(tokens == EOS)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    docs = [tuple(tokens[a : b + 1].tolist()) for a, b in zip(starts, ends, strict=True)]
+    first, second = docs[:40], docs[40:80]
     assert sorted(first) == sorted(second) and first != second
 
 
@@ -101,8 +100,12 @@ def test_bad_mixtures_are_explained(two_corpora, mixture, message):
 
 def test_too_few_chunks_for_the_lanes_is_explained(tmp_path, gpt2):
     ds = Dataset.from_path("tiny", write_jsonl(str(tmp_path / "t.jsonl"), synthetic_documents(5, 1)))
-    pipeline = Pipeline(ds).options(num_lanes=8).tokenize(gpt2).pack_flat(8).batch(1)
+    pipeline = Pipeline(ds).options(num_lanes=8, chunk_bytes=1 << 20).tokenize(gpt2).pack_flat(8).batch(1)
     with pytest.raises(ValueError, match=r"has 1 chunks for 8 lanes.*lower chunk_size"):
+        drain(pipeline, 1)
+    rows = Dataset.from_path("rows", write_parquet(str(tmp_path / "t.parquet"), synthetic_documents(5, 1)))
+    pipeline = Pipeline(rows).options(num_lanes=8).tokenize(gpt2).pack_flat(8).batch(1)
+    with pytest.raises(ValueError, match=r"has 5 chunks for 8 lanes.*use fewer lanes"):
         drain(pipeline, 1)
 
 
@@ -120,8 +123,8 @@ def test_a_packed_row_tells_which_dataset_each_span_came_from(two_corpora, gpt2)
 
 @pytest.fixture(scope="module")
 def lumpy_mixture(tmp_path_factory):
-    """Two corpora, one with empty documents: the record counts fed back to the mixer depend
-    on what the workers made of each chunk."""
+    """Two corpora, one with empty documents: what the mixer takes depends on what the workers
+    made of each chunk."""
     root = tmp_path_factory.mktemp("lumpy")
     with_empty = [
         {"text": "" if i % 3 == 0 else d["text"]} for i, d in enumerate(synthetic_documents(900, 11))
@@ -137,15 +140,15 @@ def lumpy_mixture(tmp_path_factory):
 def _lumpy(datasets, gpt2, runner, unit_tokens):
     from zephon import TokenEstimation
 
-    estimation = TokenEstimation(4) if unit_tokens else None
+    estimation = TokenEstimation() if unit_tokens else None
     source = StaticMixtureWorkSource(datasets, {"a": 2, "b": 1}, token_estimation=estimation, seed=5)
-    p = Pipeline(source).options(num_lanes=2, chunk_bytes=1500, flush_every=2, runner=runner)
+    p = Pipeline(source).options(num_lanes=2, chunk_bytes=1500, runner=runner)
     return p.tokenize(gpt2, parallelism=3).pack_flat(48).shuffle(4, seed=2).batch(2)
 
 
 @pytest.mark.parametrize("unit_tokens", [False, True], ids=["records", "tokens"])
 @pytest.mark.parametrize("runner", ["thread", "process"])
-def test_a_mixture_fed_back_by_the_workers_is_the_same_under_every_runner(
+def test_a_mixture_is_the_same_under_every_runner(
     lumpy_mixture, gpt2, runner, unit_tokens
 ):
     want = [b.digest() for b in drain(_lumpy(lumpy_mixture, gpt2, "inline", unit_tokens), 120)]

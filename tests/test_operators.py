@@ -8,19 +8,17 @@ from zephon import Dataset, Pipeline
 from zephon.testing import check_conformance, drain, write_jsonl
 from zephon.testing.functions import long_enough, shout
 
-RECIPES = {
+RECIPES = {  # windows of a few batches, so that 16 steps cross several of them
     "map-filter-wrap": lambda p, t: p.map(shout).filter(long_enough).tokenize(t).pack_flat(48).batch(2),
-    "best_fit": lambda p, t: p.tokenize(t).pack_flat(48, algorithm="best_fit").batch(3),
-    "shuffle-docs-and-rows": lambda p, t: (
-        p.tokenize(t).shuffle(5, seed=1).pack_flat(32).shuffle(7, seed=2).batch(2)
-    ),
+    "best_fit": lambda p, t: p.options(window_rows=6).tokenize(t).pack_flat(48, algorithm="best_fit").batch(3),
+    "shuffle": lambda p, t: p.tokenize(t).pack_flat(32).shuffle(7, seed=2).batch(2),
 }
 
 
 def _make(corpus, gpt2, recipe, runner):
     def make():
         ds = Dataset.from_path("synthetic", corpus, exhausted="repeat")
-        p = Pipeline(ds).options(num_lanes=3, chunk_bytes=3000, flush_every=2, runner=runner)
+        p = Pipeline(ds).options(num_lanes=3, chunk_bytes=3000, runner=runner)
         return RECIPES[recipe](p, gpt2)
 
     return make
@@ -89,6 +87,9 @@ def test_process_runner_explains_an_unpicklable_function(corpus, gpt2):
         ),
         (lambda p, t: p.options(runner="gpu"), "runner='gpu'"),
         (lambda p, t: p.options(lanes=4), r"unknown option\(s\) \['lanes'\]"),
+        (lambda p, t: p.options(flush_every=4), "flush_every .* is gone.*set window_rows"),
+        (lambda p, t: p.tokenize(t).shuffle(8), "shuffle takes rows, but the pipeline gives docs.*shuffle the packed rows"),
+        (lambda p, t: p.options(window_rows=5).tokenize(t).pack_flat(8).batch(2).fingerprint(), "window_rows=5 is not a whole number of microbatches of 2 rows"),
     ],
 )
 def test_bad_pipelines_are_explained(corpus, gpt2, build, message):

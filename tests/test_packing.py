@@ -42,7 +42,7 @@ def test_within_an_epoch_every_document_appears_exactly_once_across_all_lanes(
     ds = Dataset.from_path("synthetic", corpus)  # exhausted="stop": exactly one epoch
     pipeline = (
         Pipeline(ds)
-        .options(num_lanes=num_lanes, chunk_bytes=4096, flush_every=2)
+        .options(num_lanes=num_lanes, chunk_bytes=4096)
         .tokenize(gpt2)
         .pack_flat(max_length=50)
         .batch(microbatch_size=3)
@@ -51,24 +51,72 @@ def test_within_an_epoch_every_document_appears_exactly_once_across_all_lanes(
     assert _docs_from_batches(batches) == _expected_docs([d["text"] for d in corpus_docs], gpt2)
 
 
-def test_window_ends_are_padded_with_labels_ignored_never_dropped(corpus, gpt2):
+def _rows(batches) -> Counter:
+    return Counter(
+        (b.lane, row.tobytes(), src.tobytes())
+        for b in batches
+        for row, src in zip(b.tokens, b.sources, strict=True)
+        if (src >= 0).any()
+    )
+
+
+def test_a_shuffle_permutes_the_rows_that_wrap_packing_makes_and_nothing_else(corpus, gpt2):
+    def run(shuffle: bool):
+        p = Pipeline(Dataset.from_path("synthetic", corpus)).options(num_lanes=3, chunk_bytes=4096)
+        p = p.tokenize(gpt2).pack_flat(max_length=50)
+        return drain((p.shuffle(10, seed=3) if shuffle else p).batch(microbatch_size=3), 10**6)
+
+    plain, shuffled = run(False), run(True)
+    assert _rows(shuffled) == _rows(plain)
+    assert [b.digest() for b in shuffled[:20]] != [b.digest() for b in plain[:20]]
+
+
+def _last_window_start(batches, lane: int, rows: int, microbatch: int) -> int:
+    """Index of the first batch of the lane's last window."""
+    last = max(b.index for b in batches if b.lane == lane)
+    per_window = rows // microbatch
+    return last // per_window * per_window
+
+
+@pytest.mark.parametrize("algorithm", ["wrap", "best_fit"])
+def test_no_microbatch_holds_an_empty_row_before_a_stopping_dataset_ends(corpus, gpt2, algorithm):
     ds = Dataset.from_path("synthetic", corpus)
     pipeline = (
         Pipeline(ds)
-        .options(num_lanes=2, chunk_bytes=4096, flush_every=1)
+        .options(num_lanes=2, chunk_bytes=4096)
         .tokenize(gpt2)
-        .pack_flat(max_length=50)
+        .pack_flat(max_length=50, algorithm=algorithm)
+        .shuffle(8, seed=1)
         .batch(microbatch_size=4)
     )
     batches = drain(pipeline, 10**6)
+    rows = pipeline.window_rows()
+    assert len(batches) > 4 * rows // 4, "the run should cover several windows"
+    for b in batches:
+        empty = int(((b.sources >= 0).sum(axis=1) == 0).sum())
+        padded = int((b.sources < 0).sum())
+        in_last_window = b.index >= _last_window_start(batches, b.lane, rows, 4)
+        if not in_last_window:
+            assert empty == 0, f"lane {b.lane} batch {b.index} holds {empty} empty rows"
+            if algorithm == "wrap":
+                assert padded == 0, f"lane {b.lane} batch {b.index} holds {padded} padding tokens"
+    wrap_padding = sum(int((b.sources < 0).sum()) for b in batches) / sum(b.sources.size for b in batches)
+    if algorithm == "wrap":  # only each lane's very last row and microbatch are filled up
+        assert wrap_padding < 4 * 51 * 2 / sum(b.sources.size for b in batches) + 1e-9
+
+
+def test_padding_is_only_ever_at_a_row_end_and_its_labels_are_ignored(corpus, gpt2):
+    ds = Dataset.from_path("synthetic", corpus)
+    pipeline = Pipeline(ds).options(num_lanes=2, chunk_bytes=4096).tokenize(gpt2)
+    pipeline = pipeline.pack_flat(max_length=50, algorithm="best_fit").batch(microbatch_size=4)
+    batches = drain(pipeline, 10**6)
     padded = [b for b in batches if (b.sources < 0).any()]
-    assert len(padded) >= 2, "every window should end with a padded row"
+    assert padded, "best-fit rows end in padding"
     for b in padded:
         t = b.to_training()
         pad = b.sources[:, 1:] < 0
         assert (t["labels"][pad] == -100).all()
         assert (t["labels"][~pad] >= 0).all()
-        # padding only ever sits at the end of a row
         for row in b.sources:
             valid = np.flatnonzero(row >= 0)
             assert len(valid) == 0 or valid[-1] == len(valid) - 1
@@ -98,7 +146,7 @@ def test_best_fit_keeps_documents_whole_and_loses_nothing(corpus, corpus_docs, g
     ds = Dataset.from_path("synthetic", corpus)
     pipeline = (
         Pipeline(ds)
-        .options(num_lanes=2, chunk_bytes=4096, flush_every=3)
+        .options(num_lanes=2, chunk_bytes=4096, window_rows=16)
         .tokenize(gpt2)
         .pack_flat(max_length=200, algorithm="best_fit")
         .batch(microbatch_size=2)
@@ -119,9 +167,8 @@ def test_best_fit_keeps_documents_whole_and_loses_nothing(corpus, corpus_docs, g
     assert not long_docs, "the corpus should hold no document longer than a row"
     assert delivered == expected
     rows = np.concatenate([b.sources for b in batches])
-    rows = rows[(rows >= 0).any(axis=1)]  # leave out padding rows that fill a microbatch
+    rows = rows[(rows >= 0).any(axis=1)]  # leave out padding rows that fill the last microbatch
     fill = (rows >= 0).mean()
-    # windows here are ~15 rows, and each ends with one partly filled row
     assert fill > 0.92, f"best_fit should fill its rows, got {fill:.3f}"
 
 

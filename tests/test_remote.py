@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _records(ds: Dataset, io_config=None) -> list[dict]:
-    table = ds.chunks(300, 1 << 16, io_config)
+    table = ds.chunks(1, chunk_size=300, chunk_bytes=1 << 16, io=io_config)
     return [r for i in range(len(table)) for r in ds.read(table.chunk(0, i), io_config)]
 
 
@@ -40,7 +40,7 @@ def test_hub_split_from_readme_configs_reads_row_groups_by_range_requests(hub):
         "train-00000-of-00002.parquet",
         "train-00001-of-00002.parquet",
     ]
-    table = ds.chunks(250, 1)
+    table = ds.chunks(1, chunk_size=250, chunk_bytes=1 << 30)
     hub.stats.reset()
     records = ds.read(table.chunk(0, 7))
     assert records == _kjv()[7 * 250 : 8 * 250]
@@ -159,7 +159,7 @@ def test_s3_dataset_reads_every_record_once_with_range_requests(s3_corpus, name)
     server, storage, verses = s3_corpus
     ds = Dataset.from_path("s3", f"s3://corpus/bible/{name}", storage_options=storage)
     assert _records(ds) == verses
-    table = ds.chunks(300, 1 << 16)
+    table = ds.chunks(1, chunk_size=300, chunk_bytes=1 << 16)
     server.reset()
     ds.read(table.chunk(0, 3))
     assert 0 < server.bytes_served < ds.shards()[0].size / 4
@@ -275,7 +275,7 @@ def test_elastic_resume_with_hub_and_s3_sources_and_a_token_mixture(hub, s3_corp
             ),
         ]
         source = StaticMixtureWorkSource(
-            datasets, {"hub_code": 0.5, "s3_bible": 0.5}, token_estimation=TokenEstimation(4), seed=2
+            datasets, {"hub_code": 0.5, "s3_bible": 0.5}, token_estimation=TokenEstimation(), seed=2
         )
         return (
             Pipeline(source)

@@ -30,7 +30,7 @@ def test_state_is_json_and_names_the_rank_lanes(make_rank):
     take(pipeline, 5)
     state = json.loads(json.dumps(pipeline.state_dict()))
     pipeline.close()
-    assert sorted(state) == ["fingerprint", "lanes", "rates", "version"]
+    assert sorted(state) == ["fingerprint", "lanes", "version"]
     assert sorted(state["lanes"], key=int) == ["2", "3"]
 
 
@@ -56,7 +56,7 @@ def test_load_refuses_a_state_that_lacks_this_ranks_lanes(make_rank):
     ("change", "named"),
     [
         (dict(seed=6), "operators[2].seed: 6 -> 5"),
-        (dict(flush_every=3), "options.flush_every: 3 -> 2"),
+        (dict(window_rows=4), "options.window_rows: 4 -> 8"),
         (dict(num_lanes=4), "options.num_lanes: 4 -> 8"),
     ],
 )
@@ -80,7 +80,7 @@ def test_restore_under_another_tokenizer_names_the_tokenizer(make_rank, corpus, 
         json.dump(data, f)
     ds = Dataset.from_path("synthetic", corpus, exhausted="repeat")
     changed = (
-        Pipeline(ds).options(num_lanes=8, chunk_bytes=2048, flush_every=2).tokenize(other)
+        Pipeline(ds).options(num_lanes=8, chunk_bytes=2048).tokenize(other)
         .pack_flat(max_length=64).shuffle(buffer_size=8, seed=5).batch(microbatch_size=2)
     )  # fmt: skip
     with pytest.raises(ValueError, match=r"operators\[0\].tokenizer"):
@@ -122,10 +122,27 @@ def test_an_iterator_of_a_closed_run_ends_instead_of_hanging(make_rank):
     pipeline.close()
 
 
-def test_merging_keeps_the_rates_of_ranks_that_measured_them():
-    a = {"version": 1, "fingerprint": {"x": 1}, "rates": None, "lanes": {"0": {}}}
-    b = {"version": 1, "fingerprint": {"x": 1}, "rates": {"d": 0.2}, "lanes": {"1": {}}}
-    assert merge_states([a, b])["rates"] == {"d": 0.2}
-    c = dict(b, rates={"d": 0.3}, lanes={"2": {}})
-    with pytest.raises(ValueError, match="disagree on 'rates'"):
-        merge_states([b, c])
+def test_a_state_of_the_chunk_mixing_zephon_is_refused_with_what_to_do(make_rank):
+    state = make_rank(1, 0).state_dict()
+    state["version"] = 1
+    with pytest.raises(ValueError, match="version 1.*start a new run"):
+        make_rank(1, 0).load_state_dict(state)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("delivered", 4, "says 4 batches of window 0 were delivered, but that window holds 4"),
+        ("delivered", -1, "malformed lane state"),
+        ("mixer", {"positions": [[0, 0]], "used": [0]}, "malformed mixer state"),
+        ("mixer", {"positions": [[0, 0, 0], [0, 0, 0]], "used": [0, 0]}, "does not match 1 datasets"),
+    ],
+)
+def test_an_impossible_lane_state_is_refused(make_rank, field, value, message):
+    state = make_rank(1, 0).state_dict()
+    state["lanes"]["0"][field] = value
+    state["lanes"]["0"]["index"] = 4
+    with pytest.raises(ValueError, match=message):
+        pipeline = make_rank(1, 0)
+        pipeline.load_state_dict(state)
+        drain(pipeline, 40)  # lane 0 comes after the others have caught up to index 4

@@ -1,41 +1,34 @@
-"""Lanes: one lane's stream of batches, made of flush windows, driven through the stages.
+"""Lanes: one lane's stream of batches, window after window.
 
-A lane's work source gives chunks; every ``flush_every`` chunks a :class:`Flush` marks the end of
-a window. Each stage holds one accumulator per window, hands its work units to an executor, and
-yields the results in submission order, so the output is the same whatever runs the work.
+The workers read and tokenize the lane's chunks of every dataset ahead of need (which chunk comes
+next is a pure plan, so they never wait for the lane). The lane itself, in order and alone, mixes
+documents (``zephon.work.mixture``), packs them into exactly the rows of one window, shuffles
+those rows and cuts them into microbatches. A window ends on a whole number of microbatches, and
+the next starts at the exact token where packing stopped, so a lane's checkpoint is its mixer's
+position at a window start plus the batches of that window already delivered.
 """
 
 from __future__ import annotations
 
-import copy
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from zephon.batch import Batch
 from zephon.errors import with_context
 from zephon.io import Chunk
-from zephon.ops import Operator
-from zephon.ops.containers import sum_counters
-from zephon.runners import Runner
+from zephon.ops import BatchRows, PackFlat, Shuffle, WorkOperator
+from zephon.runners import Executor
 from zephon.state import LaneState
-from zephon.work import Cursor, LanePlan, Pending, Work
+from zephon.work import LanePlan, Mixer, MixState
 
 
-@dataclass(slots=True)
-class Flush:
-    """End of a window. ``window`` and ``cursor`` describe the window that starts after it."""
-
-    window: int
-    cursor: Cursor | None
-    counters: dict[str, int] = field(default_factory=dict)
-
-
-class Chain:
+class ChunkWork:
     """Consecutive stateless operators fused into one work function: one task per chunk."""
 
-    def __init__(self, ops: list[Operator], dataset_names: list[str]):
+    def __init__(self, ops: list[WorkOperator], dataset_names: list[str]):
         self.ops, self.names = ops, dataset_names
 
     def __call__(self, chunk: Chunk) -> Any:
@@ -53,144 +46,91 @@ class Chain:
             raise error from e
 
 
-class Measured:
-    """A work function that also returns the units of its result: counted in the worker, so
-    that what the source mixes by never depends on when a thread looks at the result."""
+class ChunkStreams:
+    """A lane's chunks of each dataset, tokenized by the workers up to ``depth`` chunks ahead."""
 
-    def __init__(self, work, units):
-        self.work, self.units = work, units
+    def __init__(self, plan: LanePlan, lane: int, executor: Executor, depth: int):
+        self.plan, self.lane, self.executor, self.depth = plan, lane, executor, depth
+        self.queues: list[deque[tuple[int, Future]]] = [deque() for _ in plan.tables]
+        self.ends: list[int | None] = [None] * len(plan.tables)  # first chunk number past the end
 
-    def __call__(self, unit):
-        result = self.work(unit)
-        return result, self.units(result)
+    def fetch(self, dataset: int, k: int) -> Any:
+        """The lane's ``k``-th chunk of ``dataset``, tokenized (waits for it), or None past its end."""
+        queue, end = self.queues[dataset], self.ends[dataset]
+        if queue and queue[0][0] > k:
+            queue.clear()  # not expected: an earlier chunk than any kept; read it again
+        j = queue[-1][0] + 1 if queue else k
+        while j <= k + self.depth and (end is None or j < end):
+            chunk = self.plan.chunk(dataset, self.lane, j)
+            if chunk is None:
+                self.ends[dataset] = end = j
+                break
+            queue.append((j, self.executor.submit(chunk)))
+            j += 1
+        if not queue or k - queue[0][0] >= len(queue):
+            return None
+        return queue[k - queue[0][0]][1].result()
 
+    def release(self, state: MixState) -> None:
+        """Forget the chunks before ``state``'s positions: the lane will not read them again."""
+        for queue, position in zip(self.queues, state.positions, strict=True):
+            while queue and queue[0][0] < position.chunk:
+                queue.popleft()
 
-class Stage:
-    """An operator (or a fused chain of stateless ones) with the executor that runs its work.
-
-    The first stage takes :class:`Work` and reports each chunk's actual units (``units(result)``)
-    back to the work source, which mixes by them.
-    """
-
-    def __init__(self, ops: list[Operator], runner: Runner, dataset_names: list[str], units=None):
-        self.ops, self.measured = ops, units is not None
-        self.stateless = ops[0].stateless
-        self.work = Chain(ops, dataset_names) if self.stateless else ops[0].work
-        if self.measured:
-            self.work = Measured(self.work, units)  # results are (container, units)
-        parallelism = max(op.parallelism for op in ops)
-        self.executor = runner.executor(self.work, parallelism)
-        self.lookahead = max(1, 2 * parallelism)
-
-    @staticmethod
-    def _report(pending: Pending, future) -> None:
-        ok = not future.cancelled() and future.exception() is None
-        pending.set(future.result()[1] if ok else 0)  # on failure the error surfaces in order
-
-    def run(self, lane: int, window: int, upstream: Iterator) -> Iterator:
-        op = self.ops[0]
-        acc = op.accumulator(lane, window)
-        inflight: deque = deque()  # (future or None, payload, counters to attach)
-        pending: dict[str, int] = {}
-
-        def submit(units):
-            nonlocal pending
-            for unit in units:
-                if isinstance(unit, Work):
-                    future = self.executor.submit(unit.chunk)
-                    if unit.pending is not None:
-                        future.add_done_callback(lambda f, p=unit.pending: Stage._report(p, f))
-                else:
-                    future = self.executor.submit(unit)
-                inflight.append((future, None, pending))
-                pending = {}
-
-        for message in upstream:
-            if isinstance(message, Flush):
-                pending = sum_counters([pending, message.counters])
-                submit(acc.flush())
-                acc = op.accumulator(lane, message.window)
-                inflight.append((None, Flush(message.window, message.cursor, pending), {}))
-                pending = {}
-            else:
-                counters = getattr(message, "counters", None)
-                if counters and not self.stateless:  # the accumulator consumes the container:
-                    pending = sum_counters([pending, counters])  # its counters ride on
-                submit(acc.push(message))
-            while inflight and (len(inflight) > self.lookahead or _ready(inflight[0])):
-                yield self._result(inflight.popleft())
-        while inflight:
-            yield self._result(inflight.popleft())
-
-    def _result(self, entry):
-        future, payload, counters = entry
-        if future is None:
-            return payload
-        result = future.result()
-        if self.measured:
-            result = result[0]
-        if counters:  # a new container: never mutate one another thread may be reading
-            result = copy.copy(result)
-            result.counters = sum_counters([result.counters, counters])
-        return result
+    def cancel(self) -> None:
+        for queue in self.queues:
+            for _, future in queue:
+                future.cancel()
+            queue.clear()
 
 
-def _ready(entry) -> bool:
-    return entry[0] is None or entry[0].done()
+@dataclass(frozen=True, slots=True)
+class LaneOps:
+    """What a lane does with its documents: pack a window, maybe shuffle it, batch it."""
 
-
-def window_messages(plan: LanePlan, lane: int, start: LaneState, flush_every: int) -> Iterator:
-    """The lane's work from the start of ``start.window``, with a Flush after each window."""
-    window, count, source = start.window, 0, plan.lane(lane, start.cursor)
-    for work in source:
-        yield work
-        count += 1
-        if count % flush_every == 0:
-            window += 1
-            yield Flush(window, source.cursor())
-    if count % flush_every:
-        yield Flush(window + 1, None)
+    pack: PackFlat
+    shuffle: Shuffle | None
+    batch: BatchRows
+    window_rows: int
 
 
 def lane_batches(
-    plan: LanePlan, stages: list[Stage], lane: int, start: LaneState, flush_every: int
-) -> Iterator[tuple[Batch, int, int, Cursor]]:
-    """The lane's batches from ``start`` on, each with ``(window, delivered, window cursor)``:
-    where the lane stands once that batch is delivered.
+    plan: LanePlan, ops: LaneOps, lane: int, start: LaneState, executor: Executor, depth: int
+) -> Iterator[tuple[Batch, int, int, MixState]]:
+    """The lane's batches from ``start`` on, each with ``(window, delivered, mixer state at that
+    window's start)``: where the lane stands once that batch is delivered.
 
-    The first ``start.delivered`` batches of the window are replayed and dropped.
+    The first ``start.delivered`` batches of ``start.window`` are made again and dropped.
     """
-    stream: Iterator = window_messages(plan, lane, start, flush_every)
-    for stage in stages:
-        stream = stage.run(lane, start.window, stream)
-    window, cursor, position = start.window, start.cursor, 0
-    first_index, carried, empty_windows = start.index - start.delivered, {}, 0
-    for item in stream:
-        if isinstance(item, Flush):
-            empty_windows = empty_windows + 1 if position == 0 else 0
-            _check_not_empty(plan, lane, empty_windows, flush_every)
-            first_index += position
-            window, cursor, position = item.window, item.cursor, 0
-            carried = sum_counters([carried, item.counters])
-            continue
-        index = first_index + position
-        position += 1
-        if window == start.window and position <= start.delivered:
-            continue  # delivered before the checkpoint
-        batch = Batch(lane, index, item.tokens, item.positions, item.sources)
-        batch.counters = sum_counters([carried, item.counters])
-        carried = {}
-        yield batch, window, position, cursor
-
-
-def _check_not_empty(plan: LanePlan, lane: int, empty_windows: int, flush_every: int) -> None:
-    """A window with any token gives a batch (its last row padded). Windows without one for two
-    epochs of every dataset mean there is nothing to read: say so instead of spinning forever."""
-    epoch = sum(-(-len(t) // plan.num_lanes) for t in plan.tables)  # this lane's chunks per epoch
-    if empty_windows * flush_every > 2 * epoch + flush_every:
-        names = [d.name for d in plan.source.datasets]
-        raise ValueError(
-            f"lane {lane} read {empty_windows * flush_every} chunks (two epochs of datasets {names}) "
-            "without one token: the datasets hold no usable records (blank lines? a filter that "
-            "drops everything? the wrong tokenize field?)"
-        )
+    source = plan.source
+    streams = ChunkStreams(plan, lane, executor, depth)
+    max_empty = [2 * plan.chunks_per_lane_epoch(d) + 2 for d in range(len(source.datasets))]
+    try:
+        mixer = Mixer(source.names, source.shares, source.unit, streams.fetch, start.mix, max_empty)
+        window, index, at_start = start.window, start.index - start.delivered, start.mix
+        while True:
+            rows = ops.pack.fill(mixer, ops.window_rows)
+            if len(rows) == 0:
+                return
+            if ops.shuffle is not None:
+                rows = rows.take(ops.shuffle.order(len(rows), lane, window))
+            parts = ops.batch.split(rows)
+            counters, end = mixer.take_counters(), mixer.state.copy()
+            streams.release(end)
+            skip = start.delivered if window == start.window else 0
+            if skip >= len(parts):
+                raise ValueError(
+                    f"lane {lane}: the state says {skip} batches of window {window} were delivered, "
+                    f"but that window holds {len(parts)}: the state does not belong to this recipe"
+                )
+            for j in range(skip, len(parts)):
+                part = parts[j]
+                batch = Batch(lane, index + j, part.tokens, part.positions, part.sources)
+                batch.counters = counters if j == 0 else {}
+                last = j == len(parts) - 1
+                yield (batch, window + 1, 0, end) if last else (batch, window, j + 1, at_start)
+            index, window, at_start = index + len(parts), window + 1, end
+            if mixer.ended:
+                return
+    finally:
+        streams.cancel()

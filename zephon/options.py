@@ -9,14 +9,21 @@ from zephon.runners import RUNNERS
 
 # Options that shape the data: part of the recipe fingerprint. The rest are performance knobs
 # and may change freely between save and restore.
-SHAPING = ("num_lanes", "chunk_size", "chunk_bytes", "flush_every")
+SHAPING = ("num_lanes", "chunk_size", "chunk_bytes", "window_rows")
+RENAMED = {
+    "flush_every": "flush_every (chunks per window) is gone: windows now end on whole microbatches; "
+    "set window_rows (rows per window, a multiple of microbatch_size) or leave it unset",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
 class Options:
     """``num_lanes``: logical streams; rank ``r`` of ``dp_world_size`` owns a contiguous
     ``num_lanes / dp_world_size`` of them. ``chunk_size``: records per chunk (Parquet, Arrow);
-    ``chunk_bytes``: bytes per chunk (JSON lines, text). ``flush_every``: chunks per window.
+    ``chunk_bytes``: bytes per chunk (JSON lines, text; an upper bound for Parquet and Arrow);
+    both unset: chosen from each dataset's size and ``num_lanes``. ``window_rows``: rows per
+    window, a multiple of the microbatch size; unset: the shuffle buffer rounded up to whole
+    microbatches (one microbatch without a shuffle, 64 rows for best-fit packing).
     ``prefetch``: batches each lane prepares ahead of the consumer. ``read_parallelism``:
     workers for reading when no later record operator asks for more."""
 
@@ -24,9 +31,9 @@ class Options:
     dp_rank: int = 0
     dp_world_size: int = 1
     runner: str = "thread"
-    chunk_size: int = 1024
-    chunk_bytes: int = 1 << 20
-    flush_every: int = 16
+    chunk_size: int | None = None
+    chunk_bytes: int | None = None
+    window_rows: int | None = None
     prefetch: int = 4
     read_parallelism: int = 1
     io_options: dict = field(default_factory=dict)
@@ -34,20 +41,13 @@ class Options:
     def __post_init__(self):
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            if "int" not in f.type or (value is None and "None" in f.type):
+                continue
+            if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"option {f.name} must be an int, got {value!r}")
-        for name in (
-            "num_lanes",
-            "dp_world_size",
-            "chunk_size",
-            "chunk_bytes",
-            "flush_every",
-            "prefetch",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"option {name} must be >= 1, got {getattr(self, name)}")
-        if self.read_parallelism < 0:
-            raise ValueError(f"option read_parallelism must be >= 0, got {self.read_parallelism}")
+            least = 0 if f.name in ("dp_rank", "read_parallelism") else 1
+            if value < least:
+                raise ValueError(f"option {f.name} must be >= {least}, got {value}")
         if self.runner not in RUNNERS:
             raise ValueError(f"option runner={self.runner!r}: expected one of {sorted(RUNNERS)}")
         if self.num_lanes % self.dp_world_size:

@@ -12,15 +12,16 @@ from collections.abc import Callable, Iterator
 
 from zephon.batch import Batch
 from zephon.io import Dataset
-from zephon.lanes import Stage, lane_batches
+from zephon.lanes import ChunkWork, LaneOps, lane_batches
 from zephon.ops import BatchRows, Filter, Map, Operator, PackFlat, Read, Shuffle, Tokenize
 from zephon.ops.containers import sum_counters
-from zephon.options import Options
+from zephon.options import RENAMED, Options
 from zephon.runners import Prefetcher, get_runner, thread_map
 from zephon.state import VERSION, LaneState, check_version, diff
-from zephon.work import Cursor, DatasetWorkSource, LanePlan, PlanContext, StaticMixtureWorkSource
+from zephon.work import DatasetWorkSource, LanePlan, PlanContext, StaticMixtureWorkSource
 
-PLAN_VERSION = 1  # bump when the planning or packing algorithms change what a recipe yields
+PLAN_VERSION = 2  # bump when the planning, mixing or packing algorithms change what a recipe yields
+BEST_FIT_WINDOW_ROWS = 64  # best-fit packs a window at a time: enough rows to pack well
 
 
 class Pipeline:
@@ -35,7 +36,6 @@ class Pipeline:
         self._options = Options()
         self._ops: tuple[Operator, ...] = ()
         self._plan: LanePlan | None = None
-        self._rates: dict[str, float] | None = None
         self._lanes: dict[int, LaneState] | None = None
         self._run: _Run | None = None
 
@@ -44,11 +44,14 @@ class Pipeline:
     def _with(self, **changes) -> Pipeline:
         new = Pipeline.__new__(Pipeline)
         new.__dict__.update(self.__dict__)
-        new._plan, new._rates, new._lanes, new._run = None, None, None, None
+        new._plan, new._lanes, new._run = None, None, None
         new.__dict__.update(changes)
         return new
 
     def options(self, **options) -> Pipeline:
+        for name in options:
+            if name in RENAMED:
+                raise ValueError(f"option {RENAMED[name]}")
         unknown = sorted(set(options) - {f.name for f in dataclasses.fields(Options)})
         if unknown:
             valid = sorted(f.name for f in dataclasses.fields(Options))
@@ -60,7 +63,10 @@ class Pipeline:
         if given == "batch":
             raise ValueError(f"{op.kind} comes after batch; batch must be the last operator")
         if given not in op.takes:
-            raise ValueError(f"{op.kind} takes {'/'.join(op.takes)}, but the pipeline gives {given} here")
+            hint = " (documents are mixed in order; shuffle the packed rows)" if op.kind == "shuffle" else ""
+            raise ValueError(
+                f"{op.kind} takes {'/'.join(op.takes)}, but the pipeline gives {given} here{hint}"
+            )
         return self._with(_ops=(*self._ops, op))
 
     def _output(self) -> str:
@@ -79,14 +85,15 @@ class Pipeline:
                  add_bos: bool | None = None, add_eos: bool = True) -> Pipeline:  # fmt: skip
         return self._then(Tokenize(tokenizer_id, field, add_bos, add_eos, parallelism))
 
-    def pack_flat(self, max_length: int, algorithm: str = "wrap", parallelism: int | None = None) -> Pipeline:
-        return self._then(PackFlat(max_length, algorithm, self._pad_id(), parallelism))
+    def pack_flat(self, max_length: int, algorithm: str = "wrap") -> Pipeline:
+        return self._then(PackFlat(max_length, algorithm, self._pad_id()))
 
-    def shuffle(self, buffer_size: int, seed: int = 0, parallelism: int | None = None) -> Pipeline:
-        return self._then(Shuffle(buffer_size, seed, parallelism))
+    def shuffle(self, buffer_size: int, seed: int = 0) -> Pipeline:
+        """Shuffles packed rows within each window (put it after ``pack_flat``)."""
+        return self._then(Shuffle(buffer_size, seed))
 
-    def batch(self, microbatch_size: int, parallelism: int | None = None) -> Pipeline:
-        return self._then(BatchRows(microbatch_size, self._pad_id(), parallelism))
+    def batch(self, microbatch_size: int) -> Pipeline:
+        return self._then(BatchRows(microbatch_size, self._pad_id()))
 
     def _pad_id(self) -> int:
         tok = next((op for op in self._ops if isinstance(op, Tokenize)), None)
@@ -117,7 +124,7 @@ class Pipeline:
         return {
             "plan_version": PLAN_VERSION,
             "source": self.source.fingerprint(self._options.io),
-            "options": self._options.shaping(),
+            "options": {**self._options.shaping(), "window_rows": self.window_rows()},
             "operators": [{"kind": op.kind, **op.params()} for op in self._ops],
         }
 
@@ -140,56 +147,61 @@ class Pipeline:
         if getattr(self, "_run", None) is not None:
             self.close()
 
-    def _stages(self, runner) -> list[Stage]:
-        names = [d.name for d in self.source.datasets]
-        ops = [Read(self.source.datasets, self._options.io, self._options.read_parallelism), *self._ops]
-        groups: list[list[Operator]] = []
-        for op in ops:
-            if op.stateless and groups and groups[-1][-1].stateless:
-                groups[-1].append(op)
-            else:
-                groups.append([op])
-        units = _token_units if self.source.unit == "tokens" else _record_units
-        return [Stage(group, runner, names, units if i == 0 else None) for i, group in enumerate(groups)]
+    def window_rows(self) -> int:
+        """Rows per window: ``window_rows`` if given, else the shuffle buffer rounded up to whole
+        microbatches (one microbatch without a shuffle, 64 rows for best-fit packing)."""
+        batch = next((op for op in self._ops if isinstance(op, BatchRows)), None)
+        size = batch.microbatch_size if batch else 1
+        given = self._options.window_rows
+        if given is not None:
+            if given % size:
+                raise ValueError(
+                    f"option window_rows={given} is not a whole number of microbatches of {size} rows: "
+                    f"use a multiple of {size}, or leave it unset"
+                )
+            return given
+        shuffle = next((op for op in self._ops if isinstance(op, Shuffle)), None)
+        pack = next((op for op in self._ops if isinstance(op, PackFlat)), None)
+        rows = shuffle.buffer_size if shuffle else 1
+        if pack is not None and pack.algorithm == "best_fit":
+            rows = max(rows, BEST_FIT_WINDOW_ROWS)
+        return -(-max(rows, size) // size) * size
 
-    def _ensure_plan(self, first: Stage) -> LanePlan:
+    def _lane_ops(self) -> LaneOps:
+        by_type = {type(op): op for op in self._ops}
+        return LaneOps(by_type[PackFlat], by_type.get(Shuffle), by_type[BatchRows], self.window_rows())
+
+    def _chunk_work(self) -> tuple[ChunkWork, int]:
+        """The stateless operators fused into one function per chunk, and its parallelism."""
+        read = Read(self.source.datasets, self._options.io, self._options.read_parallelism)
+        ops = [read, *(op for op in self._ops if op.stateless)]
+        return ChunkWork(ops, self.source.names), max(op.parallelism for op in ops)
+
+    def _ensure_plan(self) -> LanePlan:
         if self._plan is None:
-
-            def measure(d, chunks):
-                futures = [first.executor.submit(c) for c in chunks]
-                for f in futures:
-                    docs, _ = f.result()
-                    yield _record_units(docs), _token_units(docs)
-
             ctx = PlanContext(
                 num_lanes=self._options.num_lanes,
                 chunk_size=self._options.chunk_size,
                 chunk_bytes=self._options.chunk_bytes,
-                measure=measure,
-                records_exact=not any(isinstance(op, Filter) for op in self._ops),
-                rates=self._rates,
                 io=self._options.io,
                 map_fn=thread_map,
             )
             self._plan = self.source.plan(ctx)
-            self._rates = dict(self._plan.rates)
         return self._plan
 
     def _lane_states(self) -> dict[int, LaneState]:
         if self._lanes is None:
             n = len(self.source.datasets)
-            self._lanes = {lane: LaneState.start(Cursor.start(n), n) for lane in self.owned_lanes}
+            self._lanes = {lane: LaneState.start(n) for lane in self.owned_lanes}
         return self._lanes
 
     # -- state ------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
         """This rank's lanes: what has been delivered, as JSON-safe data (see zephon.state)."""
-        # Before the first run the mixture rates are not measured yet: None, measured on start.
         return {
             "version": VERSION,
             "fingerprint": self.fingerprint(),
-            "rates": None if self._rates is None else dict(self._rates),
             "lanes": {str(k): v.to_json() for k, v in sorted(self._lane_states().items())},
         }
 
@@ -212,8 +224,7 @@ class Pipeline:
         n = len(self.source.datasets)
         lanes = {lane: LaneState.from_json(state["lanes"][str(lane)], n) for lane in self.owned_lanes}
         self.close()
-        rates = state.get("rates")
-        self._lanes, self._rates, self._plan = lanes, None if rates is None else dict(rates), None
+        self._lanes = lanes
 
     def stats(self) -> dict:
         """What this rank has delivered: tokens per dataset, and counters (empty documents...)."""
@@ -227,24 +238,17 @@ class Pipeline:
         }
 
 
-def _token_units(docs) -> int:
-    """Tokens the pipeline delivers of a chunk: what token ratios count (EOS/BOS included)."""
-    return len(docs.tokens)
-
-
-def _record_units(docs) -> int:
-    """Records the pipeline keeps of a chunk (after filters): what sample ratios count."""
-    return len(docs) + docs.counters.get("empty_documents", 0)
-
-
 class _Run:
-    """One run of a pipeline on this rank: stages, lane streams, round-robin delivery."""
+    """One run of a pipeline on this rank: the workers, lane streams, round-robin delivery."""
 
     def __init__(self, pipeline: Pipeline):
         opts = pipeline.opts
         self.pipeline, self.runner = pipeline, get_runner(opts.runner)
-        self.stages = pipeline._stages(self.runner)
-        self.plan = pipeline._ensure_plan(self.stages[0])
+        lane_ops = pipeline._lane_ops()
+        self.plan = pipeline._ensure_plan()
+        work, parallelism = pipeline._chunk_work()
+        self.executor = self.runner.executor(work, parallelism)
+        depth = max(1, -(-2 * parallelism // len(pipeline.owned_lanes)))
         self.states = pipeline._lane_states()
         self.closed = False
         self.streams: dict[int, Iterator] = {}
@@ -252,7 +256,7 @@ class _Run:
             start = dataclasses.replace(self.states[lane])
 
             def make(lane=lane, start=start):
-                return lane_batches(self.plan, self.stages, lane, start, opts.flush_every)
+                return lane_batches(self.plan, lane_ops, lane, start, self.executor, depth)
 
             if self.runner.background:
                 self.streams[lane] = Prefetcher(make, opts.prefetch, name=f"zephon-lane-{lane}")
@@ -266,11 +270,11 @@ class _Run:
         while active and not self.closed:  # a closed run delivers nothing more: a new run owns the state
             lane = min(active, key=lambda lane: (self.states[lane].index, lane))
             try:
-                batch, window, delivered, cursor = next(self.streams[lane])
+                batch, window, delivered, mix = next(self.streams[lane])
             except StopIteration:
                 active.remove(lane)
                 continue
-            self._delivered(batch, window, delivered, cursor)
+            self._delivered(batch, window, delivered, mix)
             yield batch
         if not self.closed and not any(state.index for state in self.states.values()):
             names = [d.name for d in self.pipeline.source.datasets]
@@ -279,14 +283,9 @@ class _Run:
                 "(blank lines? a filter that drops everything?)"
             )
 
-    def _delivered(self, batch: Batch, window: int, delivered: int, cursor) -> None:
+    def _delivered(self, batch: Batch, window: int, delivered: int, mix) -> None:
         state = self.states[batch.lane]
-        state.window, state.delivered, state.index, state.cursor = (
-            window,
-            delivered,
-            batch.index + 1,
-            cursor,
-        )
+        state.window, state.delivered, state.index, state.mix = window, delivered, batch.index + 1, mix
         counts = batch.tokens_per_dataset(len(state.tokens))
         state.tokens = [t + int(c) for t, c in zip(state.tokens, counts, strict=True)]
         state.counters = sum_counters([state.counters, batch.counters])
@@ -295,5 +294,4 @@ class _Run:
         self.closed = True
         for stream in self.streams.values():
             getattr(stream, "close", lambda: None)()
-        for stage in self.stages:
-            stage.executor.shutdown()
+        self.executor.shutdown()

@@ -2,21 +2,21 @@
 
 Shape (JSON-safe)::
 
-    {"version": 1,
+    {"version": 2,
      "fingerprint": {...},                 # everything that shapes the data; must match
-     "rates": {"wiki": 0.26, ...},         # measured units per chunk unit, reused on restore
-                                           # (None before the first run has measured them)
      "lanes": {"0": LANE, "1": LANE, ...}} # the lanes of the ranks whose states were merged
 
-    LANE = {"window": w,            # flush window now being delivered
+    LANE = {"window": w,            # window now being delivered
             "delivered": n,         # batches of that window already delivered
             "index": i,             # index of the next batch of the lane
-            "cursor": {"taken": [...], "used": [...]},  # work source at the window's start
+            "mixer": {"positions": [[chunk, doc, offset], ...],  # read position per dataset
+                      "used": [...]},                            # units taken per dataset
+                                    # (both at the start of window w)
             "tokens": [...],        # tokens delivered so far, per dataset
             "counters": {...}}      # e.g. empty_documents, filtered_records, so far
 
-A lane's state is a few integers whatever the step. Restore replays window ``w`` from its first
-chunk and drops the ``n`` batches already delivered.
+A lane's state is a few integers per dataset whatever the step. Restore replays window ``w``
+from its first token and drops the ``n`` batches already delivered.
 
 What may change between save and restore: runner, parallelism, prefetch, dp_rank and
 dp_world_size (any that divides num_lanes). Anything in the fingerprint may not.
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from zephon.work import Cursor
+from zephon.work import MixState
 
-VERSION = 1
+VERSION = 2
 
 
 @dataclass(slots=True)
@@ -36,20 +36,20 @@ class LaneState:
     window: int
     delivered: int
     index: int
-    cursor: Cursor
+    mix: MixState
     tokens: list[int]
     counters: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
-    def start(cursor: Cursor, num_datasets: int) -> LaneState:
-        return LaneState(0, 0, 0, cursor, [0] * num_datasets, {})
+    def start(num_datasets: int) -> LaneState:
+        return LaneState(0, 0, 0, MixState.start(num_datasets), [0] * num_datasets, {})
 
     def to_json(self) -> dict:
         return {
             "window": self.window,
             "delivered": self.delivered,
             "index": self.index,
-            "cursor": self.cursor.to_json(),
+            "mixer": self.mix.to_json(),
             "tokens": list(self.tokens),
             "counters": dict(self.counters),
         }
@@ -61,7 +61,7 @@ class LaneState:
                 int(data["window"]),
                 int(data["delivered"]),
                 int(data["index"]),
-                Cursor.from_json(data["cursor"], num_datasets),
+                MixState.from_json(data["mixer"], num_datasets),
                 [int(t) for t in data["tokens"]],
                 {str(k): int(v) for k, v in data.get("counters", {}).items()},
             )
@@ -69,6 +69,8 @@ class LaneState:
             raise ValueError(f"malformed lane state {data!r}: {e}") from None
         if len(state.tokens) != num_datasets or min(state.window, state.delivered, state.index) < 0:
             raise ValueError(f"malformed lane state {data!r}")
+        if state.delivered > state.index:
+            raise ValueError(f"malformed lane state {data!r}: more batches delivered in the window than in all")
         return state
 
 
@@ -83,12 +85,8 @@ def merge_states(states: list[dict]) -> dict:
     lanes: dict = {}
     for i, state in enumerate(states):
         check_version(state)
-        if merged.get("rates") is None:  # a rank that had not run yet has not measured them
-            merged["rates"] = state.get("rates")
         for key in set(state) | set(merged):
-            if key == "lanes" or (key == "rates" and state.get(key) is None):
-                continue
-            if state.get(key) != merged.get(key):
+            if key != "lanes" and state.get(key) != merged.get(key):
                 raise ValueError(f"states 0 and {i} disagree on {key!r}; were they saved by one job?")
         for lane, value in state["lanes"].items():
             if lane in lanes:
@@ -101,6 +99,12 @@ def merge_states(states: list[dict]) -> dict:
 def check_version(state: dict) -> None:
     if not isinstance(state, dict) or "version" not in state or "lanes" not in state:
         raise ValueError("not a zephon pipeline state: expected keys 'version' and 'lanes'")
+    if state["version"] == 1:
+        raise ValueError(
+            "this pipeline state has version 1, written by zephon before lanes mixed documents and "
+            "windows ended on whole microbatches; the data order changed with it, so the run cannot "
+            "continue on this zephon: finish it with the zephon that wrote it, or start a new run"
+        )
     if state["version"] != VERSION:
         raise ValueError(
             f"pipeline state version {state['version']} is not supported; this zephon reads version {VERSION}"

@@ -60,6 +60,35 @@ class ChunkTable:
         return self.stop - self.start
 
 
+# Chunking chosen from a dataset's size and the lane count, unless chunk_size/chunk_bytes are given:
+# about CHUNKS_PER_LANE chunks per lane per epoch, so that every lane gets data and the lanes get
+# nearly equal shares, but no chunk over MAX_CHUNK_BYTES (bytes of a line format, or uncompressed
+# bytes of a row format, as its metadata tells) or MAX_CHUNK_ROWS rows.
+CHUNKS_PER_LANE = 8
+MIN_CHUNK_BYTES = 16 << 10
+MAX_CHUNK_BYTES = 1 << 20
+MAX_CHUNK_ROWS = 1024
+
+
+def auto_chunk_bytes(total_bytes: int, num_lanes: int) -> int:
+    """Bytes per chunk of a line format dataset of ``total_bytes``."""
+    size = min(MAX_CHUNK_BYTES, max(MIN_CHUNK_BYTES, total_bytes // (CHUNKS_PER_LANE * num_lanes)))
+    if -(-total_bytes // size) < num_lanes:  # small data: at least one chunk per lane
+        size = max(1, total_bytes // num_lanes)
+    return size
+
+
+def auto_chunk_rows(total_rows: int, num_lanes: int) -> int:
+    """Rows per chunk of a row format dataset of ``total_rows``."""
+    return max(1, min(MAX_CHUNK_ROWS, total_rows // (CHUNKS_PER_LANE * num_lanes)))
+
+
+def rows_within(chunk_rows: int, chunk_bytes: int, group_rows: int, group_bytes: int) -> int:
+    """Rows per chunk inside a row group of ``group_rows`` rows and ``group_bytes`` bytes."""
+    per_row = group_bytes / max(1, group_rows)
+    return max(1, min(chunk_rows, int(chunk_bytes // per_row) if per_row else chunk_rows))
+
+
 def split_range(start: int, stop: int, step: int) -> list[tuple[int, int]]:
     """``[start, stop)`` cut into consecutive pieces of at most ``step``."""
     return [(a, min(a + step, stop)) for a in range(start, stop, step)]

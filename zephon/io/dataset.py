@@ -11,8 +11,9 @@ import fsspec
 from fsspec.utils import get_protocol
 
 from zephon.io import hub
-from zephon.io.chunks import Chunk, ChunkTable, Shard
-from zephon.io.formats import Format, Records, format_for, split_suffix
+from zephon.io.chunks import MAX_CHUNK_BYTES, Chunk, ChunkTable, Shard, auto_chunk_bytes, auto_chunk_rows
+from zephon.io.formats import DataError, Format, Records, format_for, split_suffix
+from zephon.io.plain import plain_copy
 from zephon.io.remote import IOConfig, Opener, RetryPolicy, is_transient, retrying
 from zephon.progress import Progress
 
@@ -82,29 +83,54 @@ class Dataset:
             self._cache["format"] = _infer_format(self.name, shards, explicit)
         return self._cache["format"]
 
-    def chunks(self, chunk_size: int, chunk_bytes: int, io: IOConfig | None = None, map_fn=map) -> ChunkTable:
-        """All chunks of the dataset, from metadata alone; cached per chunk size.
+    def chunks(
+        self, num_lanes: int, chunk_size: int | None = None, chunk_bytes: int | None = None,
+        io: IOConfig | None = None, map_fn=map,
+    ) -> ChunkTable:  # fmt: skip
+        """All chunks of the dataset, from metadata alone; cached per chunking.
 
-        ``map_fn`` may be a parallel map, for datasets of many remote files.
+        ``chunk_size`` (rows) and ``chunk_bytes``: None chooses them from the dataset's size and
+        ``num_lanes`` (see ``zephon.io.chunks``). ``map_fn`` may be a parallel map, for datasets
+        of many remote files.
         """
-        key = ("chunks", chunk_size, chunk_bytes)
+        key = ("chunks", num_lanes, chunk_size, chunk_bytes)
         if key not in self._cache:
-            fmt, opener = self.file_format(io), self.opener(io)
-            shards = self.shards(io)
-
+            fmt, shards = self.plain_format(io), self.plain_shards(io)
+            opener = self.opener(io)
             progress = Progress(f"planning {self.name}", len(shards), "files")
 
-            def plan(i: int) -> list[tuple[int, int, int]]:
+            def rows(i: int) -> int | None:
                 self._check_columns(fmt.schema_names(shards[i], opener), shards[i])
-                ranges = [(i, a, b) for a, b in fmt.plan(shards[i], chunk_size, chunk_bytes, opener)]
                 progress.update()
-                return ranges
+                return fmt.rows(shards[i], opener)
 
-            ranges = [r for rs in map_fn(plan, range(len(shards))) for r in rs]
+            counts = list(map_fn(rows, range(len(shards))))
+            if fmt.unit == "rows":
+                size = chunk_size or auto_chunk_rows(sum(counts), num_lanes)
+                step = chunk_bytes or MAX_CHUNK_BYTES
+            else:
+                size, step = 0, chunk_bytes or auto_chunk_bytes(sum(s.size for s in shards), num_lanes)
+            ranges = [
+                (i, a, b)
+                for i, rs in enumerate(map_fn(lambda s: fmt.plan(s, size, step, opener), shards))
+                for a, b in rs
+            ]
             if not ranges:
                 raise ValueError(f"dataset {self.name!r} has no records: {self.path}")
             self._cache[key] = ChunkTable.from_ranges(ranges)
         return self._cache[key]
+
+    def plain_shards(self, io: IOConfig | None = None) -> list[Shard]:
+        """The shards as read: a compressed line file's decompressed copy in the local cache."""
+        if "plain" not in self._cache:
+            fmt, shards = self.file_format(io), self.shards(io)
+            if fmt.compression is None:
+                self._cache["plain"] = shards
+            else:
+                cache_dir = (io or IOConfig()).cache.dir
+                opener = self.opener(io)
+                self._cache["plain"] = [plain_copy(s, fmt.compression, opener, cache_dir) for s in shards]
+        return self._cache["plain"]
 
     def _check_columns(self, names: list[str] | None, shard: Shard) -> None:
         missing = [c for c in self.columns or () if names is not None and c not in names]
@@ -116,9 +142,20 @@ class Dataset:
     def opener(self, io: IOConfig | None = None) -> Opener:
         return Opener(io or IOConfig(), self.storage_options)
 
+    def plain_format(self, io: IOConfig | None = None) -> Format:
+        """The format of the shards as read (a compressed file's copy is plain)."""
+        fmt = self.file_format(io)
+        return fmt if fmt.compression is None else format_for(fmt.name, None)
+
     def read(self, chunk: Chunk, io: IOConfig | None = None) -> Records:
-        shard = self.shards(io)[chunk.shard]
-        return self.file_format(io).read(shard, chunk.start, chunk.stop, self.columns, self.opener(io))
+        shard = self.plain_shards(io)[chunk.shard]
+        try:
+            return self.plain_format(io).read(shard, chunk.start, chunk.stop, self.columns, self.opener(io))
+        except DataError as e:
+            original = self.shards(io)[chunk.shard].url
+            if original == shard.url:
+                raise
+            raise DataError(str(e).replace(shard.url, f"{original} (decompressed)")) from None  # the user's file
 
     def fingerprint(self, io: IOConfig | None = None) -> str:
         """A digest of what shapes this dataset's data: its files (names relative to their
@@ -133,7 +170,8 @@ class Dataset:
     def __getstate__(self):
         # workers get the resolved shards but not cached chunk tables (they can be large)
         state = dict(self.__dict__)
-        state["_cache"] = {k: v for k, v in self._cache.items() if k in ("shards", "format", "hub_format")}
+        keep = ("shards", "plain", "format", "hub_format")
+        state["_cache"] = {k: v for k, v in self._cache.items() if k in keep}
         return state
 
     def __setstate__(self, state):

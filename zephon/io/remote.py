@@ -192,18 +192,21 @@ class Opener:
     def is_remote(self, url: str) -> bool:
         return get_protocol(url) not in LOCAL
 
-    def open(self, shard: Shard, compression: str | None = None):
+    def open(self, shard: Shard):
         if self.is_remote(shard.url):
-            raw = RemoteFile(shard, self)
-        else:
-            raw = open(shard.url.removeprefix("file://"), "rb")  # noqa: SIM115 - the caller closes it
+            return RemoteFile(shard, self)
+        return open(shard.url.removeprefix("file://"), "rb")  # noqa: SIM115 - the caller closes it
+
+    @staticmethod
+    def decompress(raw, compression: str):
+        """A reader of the decompressed bytes of the open file ``raw``."""
         if compression == "gzip":
             return gzip.GzipFile(fileobj=raw, mode="rb")
         if compression == "zstd":
             import zstandard
 
-            return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
-        return raw
+            return zstandard.ZstdDecompressor().stream_reader(raw, closefd=False)
+        raise ValueError(f"unknown compression {compression!r}")
 
     def filesystem(self, url: str):
         return fsspec.core.url_to_fs(url, **self.storage_options)

@@ -1,6 +1,7 @@
-"""Operators: each an ordered per-lane accumulator plus a stateless work function."""
+"""Operators: stateless work on the workers (read, map, filter, tokenize), and the lane's ordered
+decisions (pack_flat, shuffle, batch)."""
 
-from zephon.ops.base import Accumulator, Operator, Passthrough
+from zephon.ops.base import Operator, WorkOperator
 from zephon.ops.batch import BatchRows
 from zephon.ops.containers import Docs, RecordBlock, Rows
 from zephon.ops.pack import PackFlat
@@ -9,17 +10,16 @@ from zephon.ops.shuffle import Shuffle
 from zephon.ops.tokenize import Tokenize
 
 __all__ = [
-    "Accumulator",
     "BatchRows",
     "Docs",
     "Filter",
     "Map",
     "Operator",
     "PackFlat",
-    "Passthrough",
     "Read",
     "RecordBlock",
     "Rows",
     "Shuffle",
     "Tokenize",
+    "WorkOperator",
 ]

@@ -1,33 +1,17 @@
-"""Operators: an ordered, per-lane accumulator that decides, and a stateless function that works.
+"""Operators: stateless work on the workers, ordered decisions in the lane.
 
-Records arrive at an operator in order. Its accumulator (single-threaded, one per lane and flush
-window) makes every stateful decision and emits *work units*; the operator's ``work`` function
-turns a unit into output and may run on any worker of any runner, because the units are numbered
-before they leave and put back in order after. At a flush the accumulator emits what it holds and
-is replaced by a fresh one, so no operator carries state across a window boundary.
+Record operators and the tokenizer (:class:`WorkOperator`) are stateless: each turns one chunk's
+container into another and may run on any worker of any runner, because chunks are numbered
+before they leave and put back in order after. Consecutive ones run fused, one task per chunk.
+
+Packing, shuffling and batching are the lane's own ordered decisions (single-threaded, one lane
+at a time): they work on one window of rows at a time and keep nothing across windows.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
-
-
-class Accumulator(ABC):
-    """Per-lane, per-window decisions. ``push`` and ``flush`` return work units, in order."""
-
-    @abstractmethod
-    def push(self, item: Any) -> list[Any]: ...
-
-    def flush(self) -> list[Any]:
-        return []
-
-
-class Passthrough(Accumulator):
-    """The accumulator of a stateless operator: every item is one unit of work."""
-
-    def push(self, item: Any) -> list[Any]:
-        return [item]
 
 
 class Operator(ABC):
@@ -37,20 +21,6 @@ class Operator(ABC):
     takes: ClassVar[tuple[str, ...]]  # container names accepted: "records", "docs", "rows"
     gives: ClassVar[str | None]  # container name produced; None: same as the input
     stateless: ClassVar[bool] = False
-    default_parallelism: ClassVar[int] = 0  # 0: run in the lane's own thread
-
-    def __init__(self, parallelism: int | None = None):
-        p = self.default_parallelism if parallelism is None else parallelism
-        if not isinstance(p, int) or p < 0:
-            raise ValueError(f"{self.kind}: parallelism must be an int >= 0, got {parallelism!r}")
-        self.parallelism = p
-
-    def accumulator(self, lane: int, window: int) -> Accumulator:
-        return Passthrough()
-
-    @abstractmethod
-    def work(self, unit: Any) -> Any:
-        """Turn one unit into output (a container, or None for nothing). Must be stateless."""
 
     @abstractmethod
     def params(self) -> dict:
@@ -58,3 +28,20 @@ class Operator(ABC):
 
     def output(self, given: str) -> str:
         return self.gives or given
+
+
+class WorkOperator(Operator):
+    """A stateless operator: ``work`` runs on the workers, one unit (a chunk's data) at a time."""
+
+    stateless = True
+    default_parallelism: ClassVar[int] = 1
+
+    def __init__(self, parallelism: int | None = None):
+        p = self.default_parallelism if parallelism is None else parallelism
+        if not isinstance(p, int) or isinstance(p, bool) or p < 0:
+            raise ValueError(f"{self.kind}: parallelism must be an int >= 0, got {parallelism!r}")
+        self.parallelism = p
+
+    @abstractmethod
+    def work(self, unit: Any) -> Any:
+        """Turn one unit into output. Must be stateless."""

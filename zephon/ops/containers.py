@@ -1,11 +1,11 @@
-"""The data that flows between operators, one container per unit of work.
-
-Token data is kept in numpy arrays, never Python lists: ``RecordBlock`` (records of one chunk)
--> ``Docs`` (a chunk's documents as one flat token array) -> ``Rows`` (packed rows).
+"""The data that flows through a lane, as numpy arrays, never Python lists of tokens:
+``RecordBlock`` (the records of one chunk) -> ``Docs`` (its documents as one flat token array)
+-> ``Rows`` (packed rows of a window).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,50 +27,17 @@ class RecordBlock:
 
 @dataclass(slots=True)
 class Docs:
-    """Documents as one flat token array: document i is ``tokens[offsets[i]:offsets[i+1]]``."""
+    """A chunk's documents as one flat token array: document i is ``tokens[offsets[i]:offsets[i+1]]``;
+    no document is empty. ``counters``: what was left out on the way (empty documents, filtered
+    records)."""
 
     tokens: np.ndarray  # int32 [total]
     offsets: np.ndarray  # int64 [n + 1]
-    sources: np.ndarray  # int16 [n]: dataset index of each document
+    dataset: int
     counters: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
-
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    def positions(self) -> np.ndarray:
-        """Position of every token inside its document."""
-        lengths = self.lengths()
-        return (np.arange(len(self.tokens)) - np.repeat(self.offsets[:-1], lengths)).astype(np.int32)
-
-    def token_sources(self) -> np.ndarray:
-        return np.repeat(self.sources, self.lengths())
-
-    def select(self, indices: list[int]) -> Docs:
-        parts = [self.tokens[self.offsets[i] : self.offsets[i + 1]] for i in indices]
-        lengths = np.array([len(p) for p in parts], dtype=np.int64)
-        return Docs(
-            np.concatenate(parts) if parts else np.zeros(0, np.int32),
-            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-            self.sources[indices] if indices else np.zeros(0, np.int16),
-        )
-
-    @staticmethod
-    def concat(items: list[Docs]) -> Docs:
-        if not items:
-            return Docs(np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.int16))
-        offsets, base = [np.zeros(1, np.int64)], 0
-        for d in items:
-            offsets.append(d.offsets[1:] + base)
-            base += int(d.offsets[-1])
-        return Docs(
-            np.concatenate([d.tokens for d in items]),
-            np.concatenate(offsets),
-            np.concatenate([d.sources for d in items]),
-            sum_counters(d.counters for d in items),
-        )
 
 
 @dataclass(slots=True)
@@ -80,13 +47,15 @@ class Rows:
     tokens: np.ndarray  # int32 [n, row_len]
     positions: np.ndarray  # int32 [n, row_len]
     sources: np.ndarray  # int16 [n, row_len]
-    counters: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def select(self, indices: list[int]) -> Rows:
-        return Rows(self.tokens[indices], self.positions[indices], self.sources[indices])
+    def slice(self, start: int, stop: int) -> Rows:
+        return Rows(self.tokens[start:stop], self.positions[start:stop], self.sources[start:stop])
+
+    def take(self, order: np.ndarray) -> Rows:
+        return Rows(self.tokens[order], self.positions[order], self.sources[order])
 
     @staticmethod
     def concat(items: list[Rows]) -> Rows:
@@ -94,7 +63,6 @@ class Rows:
             np.concatenate([r.tokens for r in items]),
             np.concatenate([r.positions for r in items]),
             np.concatenate([r.sources for r in items]),
-            sum_counters(r.counters for r in items),
         )
 
     @staticmethod
@@ -106,21 +74,9 @@ class Rows:
         )
 
 
-def sum_counters(items) -> dict[str, int]:
+def sum_counters(items: Iterable[dict[str, int]]) -> dict[str, int]:
     total: dict[str, int] = {}
     for counters in items:
         for k, v in counters.items():
             total[k] = total.get(k, 0) + v
     return total
-
-
-def gather(refs: list[tuple[object, int]]):
-    """One container from ``(container, index)`` references, in order, counters merged once."""
-    groups: list[tuple[object, list[int]]] = []
-    for container, i in refs:
-        if groups and groups[-1][0] is container:
-            groups[-1][1].append(i)
-        else:
-            groups.append((container, [i]))
-    parts = [c.select(ix) for c, ix in groups]
-    return type(parts[0]).concat(parts)

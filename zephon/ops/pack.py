@@ -1,37 +1,32 @@
-"""pack_flat: documents -> rows of ``max_length + 1`` tokens.
+"""pack_flat: the lane's documents -> a window of rows of ``max_length + 1`` tokens.
 
-``wrap`` concatenates the lane's documents and cuts the stream into rows, splitting documents at
-row edges. ``best_fit`` keeps documents whole (splitting only those longer than a row) and packs
-the window's documents into as few rows as it can, best-fit decreasing. Either way the window's
-last partial row is padded (sources -1, so its labels become -100), never dropped.
+The packer asks the mixer for pieces and fills exactly the rows of one window; the next window
+starts at the exact token where this one stopped, so nothing is padded and nothing is dropped
+(except the last row of a lane whose dataset stopped).
 
-``positions`` restart at 0 at every document start and wherever a document was split (a row
-that begins inside a document, a piece of an overlong one), so that attention can be masked per
+``wrap`` fills rows end to end: a document that does not fit in what is left of a row is cut at
+the row's end, and its rest starts a later row. ``best_fit`` keeps documents whole (cutting only
+those longer than a row) and packs a window's documents best-fit decreasing into its rows: it
+takes the longest prefix of the lane's documents that fits the window's rows, then best-fit
+places the documents that follow until one fits nowhere. Rows may end in padding, but no row is
+empty.
+
+``positions`` restart at 0 at every document start and wherever a document was cut (a row that
+begins inside a document, a piece of an overlong one), so that attention can be masked per
 document and rotary positions stay below the row length.
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 
 import numpy as np
 
-from zephon.ops.base import Accumulator, Operator
-from zephon.ops.containers import PAD_SOURCE, Docs, Rows
+from zephon.ops.base import Operator
+from zephon.ops.containers import Rows
+from zephon.work.mixture import Mixer, Piece
 
 ALGORITHMS = ("wrap", "best_fit")
-
-
-@dataclass(slots=True)
-class Segments:
-    """A work unit: a token stream (tokens, position in document, source) cut into rows."""
-
-    tokens: np.ndarray
-    doc_positions: np.ndarray
-    sources: np.ndarray
-    row_starts: np.ndarray  # int64 [rows]: where each row starts in the stream
-    row_lengths: np.ndarray  # int64 [rows]: tokens of the stream in each row (rest is padding)
 
 
 class PackFlat(Operator):
@@ -39,9 +34,8 @@ class PackFlat(Operator):
     takes = ("docs",)
     gives = "rows"
 
-    def __init__(self, max_length: int, algorithm: str = "wrap", pad_id: int = 0, parallelism=None):
-        super().__init__(parallelism)
-        if not isinstance(max_length, int) or max_length < 1:
+    def __init__(self, max_length: int, algorithm: str = "wrap", pad_id: int = 0):
+        if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
             raise ValueError(f"pack_flat(max_length={max_length!r}): must be an int >= 1")
         if algorithm not in ALGORITHMS:
             raise ValueError(f"pack_flat(algorithm={algorithm!r}): expected one of {ALGORITHMS}")
@@ -54,109 +48,119 @@ class PackFlat(Operator):
     def params(self) -> dict:
         return {"max_length": self.max_length, "algorithm": self.algorithm, "pad_id": self.pad_id}
 
-    def accumulator(self, lane: int, window: int) -> Accumulator:
-        return WrapAccumulator(self.row_len) if self.algorithm == "wrap" else BestFitAccumulator(self.row_len)
-
-    def work(self, unit: Segments) -> Rows:
-        n, row_len = len(unit.row_starts), self.row_len
-        tokens = np.full((n, row_len), self.pad_id, np.int32)
-        positions = np.zeros((n, row_len), np.int32)
-        sources = np.full((n, row_len), PAD_SOURCE, np.int16)
-        for r in range(n):
-            a, k = int(unit.row_starts[r]), int(unit.row_lengths[r])
-            tokens[r, :k] = unit.tokens[a : a + k]
-            sources[r, :k] = unit.sources[a : a + k]
-            pos = unit.doc_positions[a : a + k]
-            positions[r, :k] = _restart_at_row_start(pos)
-        return Rows(tokens, positions, sources)
+    def fill(self, mixer: Mixer, rows: int) -> Rows:
+        """The next window: ``rows`` rows, fewer only once the mixer has ended."""
+        if self.algorithm == "wrap":
+            pieces, lengths = wrap(mixer, rows, self.row_len)
+        else:
+            bins = best_fit(mixer, rows, self.row_len)
+            pieces = [p for b in bins for p in b]
+            lengths = [sum(len(p) for p in b) for b in bins]
+        return build_rows(pieces, lengths, self.row_len, self.pad_id)
 
 
-def _restart_at_row_start(pos: np.ndarray) -> np.ndarray:
-    """A row that begins inside a document counts that document's positions from 0."""
-    if len(pos) == 0 or pos[0] == 0:
-        return pos
-    starts = np.flatnonzero(pos == 0)
-    head = len(pos) if len(starts) == 0 else int(starts[0])
-    out = pos.copy()
-    out[:head] -= pos[0]
+def wrap(mixer: Mixer, rows: int, row_len: int) -> tuple[list[Piece], list[int]]:
+    """Pieces that fill ``rows`` rows end to end, and the tokens in each row."""
+    pieces, filled, want = [], 0, rows * row_len
+    while filled < want:
+        piece = mixer.take(row_len - filled % row_len, runs=True)
+        if piece is None:
+            break
+        pieces.append(piece)
+        filled += len(piece)
+    lengths = [row_len] * (filled // row_len) + ([filled % row_len] if filled % row_len else [])
+    return pieces, lengths
+
+
+def best_fit(mixer: Mixer, rows: int, row_len: int) -> list[list[Piece]]:
+    """Pieces packed into at most ``rows`` rows (exactly ``rows`` unless the mixer ended)."""
+    pieces, snapshots, total = [], [], 0
+    while True:  # the longest prefix whose tokens fit the window
+        snapshot = mixer.snapshot()
+        piece = mixer.take(row_len)
+        if piece is None:
+            break
+        if total + len(piece) > rows * row_len:
+            mixer.restore(snapshot)
+            break
+        pieces.append(piece)
+        snapshots.append(snapshot)
+        total += len(piece)
+    bins = decreasing([len(p) for p in pieces], row_len)
+    if len(bins) > rows:  # fragmentation: the longest prefix that does fit
+        lo, hi = 0, len(pieces)  # bins(lo) <= rows < bins(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if len(decreasing([len(p) for p in pieces[:mid]], row_len)) <= rows else (lo, mid)
+        mixer.restore(snapshots[lo])
+        pieces = pieces[:lo]
+        bins = decreasing([len(p) for p in pieces], row_len)
+    out = [[pieces[i] for i in b] for b in bins]
+    free = sorted((row_len - sum(len(p) for p in b), r) for r, b in enumerate(out))
+    while True:  # then best fit for the documents that follow, until one fits nowhere
+        snapshot = mixer.snapshot()
+        piece = mixer.take(row_len)
+        if piece is None:
+            break
+        at = bisect.bisect_left(free, (len(piece), -1))
+        if at < len(free):
+            space, r = free.pop(at)
+            out[r].append(piece)
+            bisect.insort(free, (space - len(piece), r))
+        elif len(out) < rows:
+            out.append([piece])
+            bisect.insort(free, (row_len - len(piece), len(out) - 1))
+        else:
+            mixer.restore(snapshot)
+            break
     return out
 
 
-class WrapAccumulator(Accumulator):
-    """Holds the tail of the stream that does not fill a row yet."""
-
-    def __init__(self, row_len: int):
-        self.row_len = row_len
-        self.tail: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-
-    def push(self, docs: Docs) -> list[Segments]:
-        parts = [(docs.tokens, docs.positions(), docs.token_sources())]
-        if self.tail is not None:
-            parts.insert(0, self.tail)
-        tokens, pos, src = (np.concatenate(x) for x in zip(*parts, strict=True))
-        full = len(tokens) // self.row_len * self.row_len
-        self.tail = (tokens[full:], pos[full:], src[full:]) if full < len(tokens) else None
-        if full == 0:
-            return []
-        starts = np.arange(0, full, self.row_len, dtype=np.int64)
-        return [Segments(tokens[:full], pos[:full], src[:full], starts, np.full_like(starts, self.row_len))]
-
-    def flush(self) -> list[Segments]:
-        if self.tail is None:
-            return []
-        tokens, pos, src = self.tail
-        self.tail = None
-        return [Segments(tokens, pos, src, np.zeros(1, np.int64), np.array([len(tokens)]))]
+def decreasing(lengths: list[int], row_len: int) -> list[list[int]]:
+    """Best-fit decreasing: item indices per bin, bins in the order they were opened."""
+    bins: list[list[int]] = []
+    free: list[tuple[int, int]] = []  # (space left, bin), sorted: best fit = first that fits
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        at = bisect.bisect_left(free, (lengths[i], -1))
+        if at == len(free):
+            space, b = row_len - lengths[i], len(bins)
+            bins.append([i])
+        else:
+            space, b = free.pop(at)
+            bins[b].append(i)
+            space -= lengths[i]
+        bisect.insort(free, (space, b))
+    return bins
 
 
-class BestFitAccumulator(Accumulator):
-    """Collects the window's documents; at the flush, packs them best-fit decreasing."""
+def build_rows(pieces: list[Piece], lengths: list[int], row_len: int, pad_id: int) -> Rows:
+    """Rows from pieces laid end to end, ``lengths[r]`` tokens in row ``r``, the rest padding."""
+    n = len(lengths)
+    if not pieces:
+        return Rows.padding(0, row_len, pad_id)
+    tokens = np.concatenate([p.docs.tokens[p.start : p.stop] for p in pieces])
+    sizes = np.fromiter((len(p) for p in pieces), np.int64, len(pieces))
+    at = np.zeros(len(pieces), np.int64)
+    np.cumsum(sizes[:-1], out=at[1:])
+    restart = np.zeros(len(tokens), bool)  # positions restart at pieces and documents
+    restart[at] = True
+    for p, a in zip(pieces, at.tolist(), strict=True):
+        offsets = p.docs.offsets
+        if p.stop > offsets[p.doc + 1]:  # a run of several documents
+            inner = offsets[p.doc + 1 : int(np.searchsorted(offsets, p.stop))]
+            restart[a + inner - p.start] = True
+    index = np.arange(len(tokens))
+    positions = (index - np.maximum.accumulate(np.where(restart, index, 0))).astype(np.int32)
+    sources = np.repeat(np.fromiter((p.dataset for p in pieces), np.int16, len(pieces)), sizes)
+    if all(k == row_len for k in lengths):
+        shape = (n, row_len)
+        return Rows(tokens.reshape(shape), positions.reshape(shape), sources.reshape(shape))
+    out = Rows.padding(n, row_len, pad_id)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    for r in range(n):
+        a, b = int(starts[r]), int(starts[r + 1])
+        out.tokens[r, : b - a] = tokens[a:b]
+        out.positions[r, : b - a] = positions[a:b]
+        out.sources[r, : b - a] = sources[a:b]
+    return out
 
-    def __init__(self, row_len: int):
-        self.row_len = row_len
-        self.docs: list[Docs] = []
-
-    def push(self, docs: Docs) -> list[Segments]:
-        if len(docs):
-            self.docs.append(docs)
-        return []
-
-    def flush(self) -> list[Segments]:
-        if not self.docs:
-            return []
-        docs, self.docs = Docs.concat(self.docs), []
-        pieces = _pieces(docs.offsets, self.row_len)  # (start, length), none longer than a row
-        order = sorted(range(len(pieces)), key=lambda i: (-pieces[i][1], i))
-        bins: list[list[int]] = []  # piece indices per row, in creation order
-        free: list[tuple[int, int]] = []  # (space left, row) sorted: best fit = first that fits
-        for i in order:
-            length = pieces[i][1]
-            at = bisect.bisect_left(free, (length, -1))
-            if at == len(free):
-                row, space = len(bins), self.row_len - length
-                bins.append([i])
-            else:
-                space, row = free.pop(at)
-                bins[row].append(i)
-                space -= length
-            if space > 0:
-                bisect.insort(free, (space, row))
-        return [self._segments(docs, pieces, bins)]
-
-    def _segments(self, docs: Docs, pieces, bins) -> Segments:
-        placed = [pieces[i] for row in bins for i in row]
-        index = np.concatenate([np.arange(a, a + n) for a, n in placed])
-        # a piece cut from a longer document starts its positions at 0 again
-        within = np.concatenate([np.arange(n, dtype=np.int32) for _, n in placed])
-        lengths = np.array([sum(pieces[i][1] for i in row) for row in bins], np.int64)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        return Segments(docs.tokens[index], within, docs.token_sources()[index], starts, lengths)
-
-
-def _pieces(offsets: np.ndarray, row_len: int) -> list[tuple[int, int]]:
-    """Documents as (start, length), a document longer than a row cut into row-sized pieces."""
-    pieces = []
-    for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
-        for s in range(a, b, row_len):
-            pieces.append((s, min(row_len, b - s)))
-    return pieces

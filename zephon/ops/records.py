@@ -10,18 +10,16 @@ from typing import Any
 
 from zephon.io import Chunk, Dataset
 from zephon.io.remote import IOConfig
-from zephon.ops.base import Operator
+from zephon.ops.base import WorkOperator
 from zephon.ops.containers import RecordBlock
 
 
-class Read(Operator):
+class Read(WorkOperator):
     """Reads a chunk into records. The first operator of every pipeline, added by the pipeline."""
 
     kind = "read"
     takes = ("chunks",)
     gives = "records"
-    stateless = True
-    default_parallelism = 1
 
     def __init__(self, datasets: list[Dataset], io: IOConfig, parallelism: int | None = None):
         super().__init__(parallelism)
@@ -68,11 +66,9 @@ def _code_bytes(code) -> bytes:
     return b"|".join([code.co_code, repr(code.co_names).encode(), *consts])
 
 
-class _RecordFunction(Operator):
+class _RecordFunction(WorkOperator):
     takes = ("records",)
     gives = "records"
-    stateless = True
-    default_parallelism = 1
 
     def __init__(self, fn: Callable[[dict], Any], parallelism: int | None = None):
         if not callable(fn):

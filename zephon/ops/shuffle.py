@@ -1,26 +1,27 @@
-"""shuffle: a seeded buffer per lane, refilled as items arrive; emptied at every flush.
+"""shuffle: the rows of each window in a seeded order, through a buffer of ``buffer_size`` rows.
 
-The random stream is seeded by ``(seed, lane, window)``, so a window's order is a pure function
-of the recipe and replaying a window after a restore gives the same order.
+Rows enter the buffer in packing order; once it is full, each new row swaps out a random one,
+and at the window's end the rest leave in a random order. With the default window (the buffer
+rounded up to whole microbatches) that is a full permutation of each window. The random stream
+is seeded by ``(seed, lane, window)``, so a window's order is a pure function of the recipe and
+replaying a window after a restore gives the same order.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from zephon.ops.base import Accumulator, Operator
-from zephon.ops.containers import gather
+from zephon.ops.base import Operator
 from zephon.work.plan import seed_sequence
 
 
 class Shuffle(Operator):
     kind = "shuffle"
-    takes = ("docs", "rows")
+    takes = ("rows",)
     gives = None
 
-    def __init__(self, buffer_size: int, seed: int = 0, parallelism: int | None = None):
-        super().__init__(parallelism)
-        if not isinstance(buffer_size, int) or buffer_size < 1:
+    def __init__(self, buffer_size: int, seed: int = 0):
+        if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
             raise ValueError(f"shuffle(buffer_size={buffer_size!r}): must be an int >= 1")
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"shuffle(seed={seed!r}): must be an int >= 0")
@@ -29,33 +30,16 @@ class Shuffle(Operator):
     def params(self) -> dict:
         return {"buffer_size": self.buffer_size, "seed": self.seed}
 
-    def accumulator(self, lane: int, window: int) -> Accumulator:
+    def order(self, n: int, lane: int, window: int) -> np.ndarray:
+        """The order in which a window's ``n`` rows leave the buffer."""
         rng = np.random.default_rng(seed_sequence(self.seed, "shuffle", lane, window))
-        return ShuffleAccumulator(self.buffer_size, rng)
-
-    def work(self, refs: list) -> object:
-        return gather(refs)
-
-
-class ShuffleAccumulator(Accumulator):
-    def __init__(self, buffer_size: int, rng: np.random.Generator):
-        self.buffer_size, self.rng = buffer_size, rng
-        self.buffer: list[tuple[object, int]] = []
-
-    def push(self, container) -> list:
-        out = []
-        for i in range(len(container)):
-            if len(self.buffer) < self.buffer_size:
-                self.buffer.append((container, i))
-                continue
-            j = int(self.rng.integers(self.buffer_size))
-            out.append(self.buffer[j])
-            self.buffer[j] = (container, i)
-        return [out] if out else []
-
-    def flush(self) -> list:
-        if not self.buffer:
-            return []
-        order = self.rng.permutation(len(self.buffer))
-        out, self.buffer = [self.buffer[i] for i in order], []
-        return [out]
+        size = self.buffer_size
+        if n <= size:
+            return rng.permutation(n)
+        buffer, out = list(range(size)), []
+        for i in range(size, n):
+            j = int(rng.integers(size))
+            out.append(buffer[j])
+            buffer[j] = i
+        out += [buffer[i] for i in rng.permutation(size)]
+        return np.asarray(out, np.int64)

@@ -7,11 +7,11 @@ import itertools
 import numpy as np
 
 from zephon.io.tokenizer import TextTokenizer, load_tokenizer
-from zephon.ops.base import Operator
+from zephon.ops.base import WorkOperator
 from zephon.ops.containers import Docs, RecordBlock
 
 
-class Tokenize(Operator):
+class Tokenize(WorkOperator):
     """Encodes ``record[field]`` in one batched call per chunk.
 
     Appends the tokenizer's EOS to every document (``add_eos``) and prepends its BOS where it
@@ -21,9 +21,6 @@ class Tokenize(Operator):
     kind = "tokenize"
     takes = ("records",)
     gives = "docs"
-    stateless = True
-    default_parallelism = 1
-
     def __init__(
         self,
         tokenizer_id: str,
@@ -73,8 +70,7 @@ class Tokenize(Operator):
             counters["empty_documents"] = counters.get("empty_documents", 0) + len(ids) - len(kept)
         offsets = np.zeros(len(kept) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        sources = np.full(len(kept), block.dataset, np.int16)
-        return Docs(tokens, offsets, sources, counters)
+        return Docs(tokens, offsets, block.dataset, counters)
 
     def _text(self, record: dict, block: RecordBlock) -> str:
         try:

@@ -141,14 +141,12 @@ def _lane_key(lane: str | int) -> str:
 
 _NAMES = {
     "options.num_lanes": "[recipe] num_lanes",
-    "options.flush_every": "[recipe] flush_every",
+    "options.window_rows": "[recipe] window_rows / [shuffle] buffer_size",
     "options.chunk_size": "[recipe] chunk_size",
     "options.chunk_bytes": "[recipe] chunk_bytes",
     "source.seed": "[recipe] seed",
     "source.mixture": "[[datasets]] weight",
     "source.mixture_unit": "[mixture] unit",
-    "source.mixture_lag": "zephon's version (mixture lag)",
-    "source.token_estimation": "[mixture] sample_chunks",
 }
 
 

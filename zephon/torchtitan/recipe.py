@@ -8,9 +8,10 @@ relative to the recipe if such a file or folder exists, else a hub id or tiktoke
     [recipe]                     # all optional
     seed = 0                     # plans and mixture
     num_lanes = 8                # logical data streams; the DP size must divide it
-    chunk_size = 1024            # records per chunk (Parquet, Arrow)
-    chunk_bytes = 1048576        # bytes per chunk (JSON lines, text)
-    flush_every = 16             # chunks per flush window
+    chunk_size = 1024            # records per chunk (Parquet, Arrow); default: from the data
+    chunk_bytes = 1048576        # bytes per chunk (JSON lines, text); default: from the data
+    window_rows = 256            # rows per window, a multiple of training.local_batch_size;
+                                 # default: the shuffle buffer rounded up to whole microbatches
     runner = "thread"            # inline | thread | process   (performance only)
     prefetch = 4                 # batches per lane prepared ahead (performance only)
 
@@ -31,8 +32,7 @@ relative to the recipe if such a file or folder exists, else a hub id or tiktoke
     storage_options = {}         # optional, for fsspec URLs
 
     [mixture]
-    unit = "tokens"              # tokens (TokenEstimation) | records
-    sample_chunks = 32           # chunks sampled per dataset to measure tokens per byte
+    unit = "tokens"              # tokens | records: what the weights count
 
     [packing]
     algorithm = "wrap"           # wrap | best_fit
@@ -57,11 +57,11 @@ from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
 
 SECTIONS: dict[str, dict[str, type | tuple]] = {
     "recipe": {
-        "seed": int, "num_lanes": int, "chunk_size": int, "chunk_bytes": int, "flush_every": int,
+        "seed": int, "num_lanes": int, "chunk_size": int, "chunk_bytes": int, "window_rows": int,
         "runner": str, "prefetch": int,
     },
     "tokenizer": {"id": str, "field": str, "parallelism": int, "add_bos": bool, "add_eos": bool},
-    "mixture": {"unit": str, "sample_chunks": int},
+    "mixture": {"unit": str},
     "packing": {"algorithm": str, "max_length": int},
     "shuffle": {"buffer_size": int, "seed": int},
     "io": {"cache": dict, "retries": dict},
@@ -144,10 +144,20 @@ def load_recipe(path: str, overrides: dict[str, dict[str, Any]] | None = None) -
     return Recipe(path, data, datasets)
 
 
+RETIRED = {
+    "flush_every": "windows now end on whole microbatches; use window_rows (rows per window) or "
+    "leave it out",
+    "sample_chunks": "mixtures now count every document's exact tokens; nothing is sampled, "
+    "leave it out",
+}
+
+
 def _check_table(path: str, where: str, table: Any, schema: dict[str, type | tuple]) -> None:
     if not isinstance(table, dict):
         raise ValueError(f"data recipe {path}: {where} must be a table")
     for key, value in table.items():
+        if key in RETIRED:
+            raise ValueError(f"data recipe {path}: {where} {key} is no longer a setting: {RETIRED[key]}")
         if key not in schema:
             raise ValueError(
                 f"data recipe {path}: unknown key {key!r} in {where}; valid keys: {sorted(schema)}"
@@ -186,7 +196,7 @@ def build_pipeline(
     unit = recipe.get("mixture", "unit", "tokens")
     if unit not in ("tokens", "records"):
         raise ValueError(f"data recipe {recipe.path}: [mixture] unit = {unit!r}; use 'tokens' or 'records'")
-    estimation = TokenEstimation(recipe.get("mixture", "sample_chunks", 32)) if unit == "tokens" else None
+    estimation = TokenEstimation() if unit == "tokens" else None
     source = StaticMixtureWorkSource(datasets, weights, estimation, seed=recipe.get("recipe", "seed", 0))
     options = {k: v for k, v in recipe.sections.get("recipe", {}).items() if k != "seed"}
     io = recipe.sections.get("io")

@@ -1,23 +1,22 @@
-"""Work sources: the pure plan of which chunk goes to which lane, and mixtures."""
+"""Work sources: the datasets, their mixture, and the pure plan of which chunk each lane reads."""
 
-from zephon.work.cursor import Cursor, Pending, Work
+from zephon.work.mixture import Mixer, MixState, Piece, Position
 from zephon.work.source import (
     DatasetWorkSource,
     LanePlan,
-    LaneSource,
     PlanContext,
     StaticMixtureWorkSource,
     TokenEstimation,
 )
 
 __all__ = [
-    "Cursor",
     "DatasetWorkSource",
     "LanePlan",
-    "LaneSource",
-    "Pending",
+    "MixState",
+    "Mixer",
+    "Piece",
     "PlanContext",
+    "Position",
     "StaticMixtureWorkSource",
     "TokenEstimation",
-    "Work",
 ]

@@ -1,23 +1,38 @@
-"""Deterministic mixing: the next chunk comes from the dataset whose next chunk is most overdue.
+"""Mixing: which dataset a lane takes its next document from. Read this file top to bottom.
 
-With ``used[d]`` the units (records or tokens) a lane has taken from dataset ``d`` and
-``next[d]`` the units of its next chunk, the next pick is ``argmin_d (used[d] + next[d] / 2) /
-share[d]``, ties to the lower index: the chunk whose middle falls earliest on the ideal
-schedule. Unlike a random draw per chunk, every dataset's realized share stays within about one
-chunk of its target at every point of the stream, on every lane; and unlike "most behind
-first", it does not overshoot the datasets with big chunks on average.
+**Streams.** A lane reads each dataset as a stream of documents: the lane's chunks of that dataset
+in the order the chunk dealer gives them (a pure plan, see ``plan.py``), and inside each chunk its
+documents in file order, as the workers tokenized them. The workers read and tokenize ahead; the
+mixer only waits when it needs a chunk that is not done yet.
+
+**Position.** Per dataset the lane keeps one read position ``(chunk, doc, offset)``: its
+``chunk``-th chunk of the dataset, document ``doc`` of that chunk, ``offset`` tokens into it. A
+position always points at a document that exists (empty chunks are stepped over at once), or at
+the end of a dataset that stops.
+
+**Counters.** ``used[d]``: the units taken from dataset ``d`` so far: tokens for a token mixture,
+documents for a record mixture (a document counts when its first token is taken).
+
+**Rule.** Each take goes to the dataset whose next piece would be most overdue: the ``d`` that
+minimizes ``(used[d] + next[d] / 2) / share[d]``, ties to the lower index, where ``next[d]`` is
+the units of the piece ``d`` would give now. A piece is a whole document if it fits in the
+``limit`` the packer asks for, else the first ``limit`` tokens of it (its rest stays at the head of
+its dataset and competes again). Every dataset's realized share therefore stays within about one
+piece, at most one packed row, of its target at every point of every lane, whatever the length of
+the documents or chunks.
+
+**State.** ``positions`` and ``used``: a few integers per dataset, whatever the step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-def pick(shares: list[float], used: list[float], upcoming: list[float]) -> int:
-    best, best_key = 0, None
-    for d, (share, u, n) in enumerate(zip(shares, used, upcoming, strict=True)):
-        key = (u + n / 2) / share
-        if best_key is None or key < best_key:
-            best, best_key = d, key
-    return best
+import numpy as np
+
+UNITS = ("tokens", "records")
 
 
 def normalize(weights: dict[str, float], names: list[str]) -> list[float]:
@@ -31,8 +46,185 @@ def normalize(weights: dict[str, float], names: list[str]) -> list[float]:
     values = []
     for n in names:
         w = weights[n]
-        if not isinstance(w, int | float) or not w > 0 or w != w or w == float("inf"):
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 < w < float("inf"):
             raise ValueError(f"mixture weight for {n!r} must be a positive number, got {w!r}")
         values.append(float(w))
     total = sum(values)
     return [v / total for v in values]
+
+
+def pick(shares: list[float], used: list[int], upcoming: list[float]) -> int:
+    """The dataset whose next piece is most overdue: ``argmin (used + upcoming / 2) / share``."""
+    best, best_key = 0, None
+    for d, (share, u, n) in enumerate(zip(shares, used, upcoming, strict=True)):
+        key = (u + n / 2) / share
+        if best_key is None or key < best_key:
+            best, best_key = d, key
+    return best
+
+
+@dataclass(slots=True)
+class Position:
+    """Where a lane stands in one dataset: its ``chunk``-th chunk, document ``doc``, ``offset``."""
+
+    chunk: int = 0
+    doc: int = 0
+    offset: int = 0
+
+
+@dataclass(slots=True)
+class MixState:
+    """A lane's mixer at a window start. JSON: ``{"positions": [[chunk, doc, offset], ...],
+    "used": [units, ...]}``, one entry per dataset."""
+
+    positions: list[Position]
+    used: list[int]
+
+    @staticmethod
+    def start(num_datasets: int) -> MixState:
+        return MixState([Position() for _ in range(num_datasets)], [0] * num_datasets)
+
+    def copy(self) -> MixState:
+        return MixState([Position(p.chunk, p.doc, p.offset) for p in self.positions], list(self.used))
+
+    def to_json(self) -> dict:
+        return {"positions": [[p.chunk, p.doc, p.offset] for p in self.positions], "used": list(self.used)}
+
+    @staticmethod
+    def from_json(data: Any, num_datasets: int) -> MixState:
+        try:
+            positions = [Position(*(int(x) for x in p)) for p in data["positions"] if len(p) == 3]
+            used = [int(u) for u in data["used"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed mixer state {data!r}: {e}") from None
+        if len(positions) != len(data["positions"]):
+            raise ValueError(f"malformed mixer state {data!r}: positions are [chunk, doc, offset]")
+        if len(positions) != num_datasets or len(used) != num_datasets:
+            raise ValueError(f"mixer state {data!r} does not match {num_datasets} datasets")
+        if any(min(p.chunk, p.doc, p.offset) < 0 for p in positions) or min(used) < 0:
+            raise ValueError(f"mixer state {data!r} holds a negative number")
+        return MixState(positions, used)
+
+
+@dataclass(slots=True)
+class Piece:
+    """Tokens ``[start, stop)`` of one tokenized chunk (``docs``: a ``Docs`` container) of
+    dataset ``dataset``; ``doc`` is the document that holds ``start``."""
+
+    dataset: int
+    docs: Any
+    doc: int
+    start: int
+    stop: int
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+# fetch(dataset, chunk number) -> that chunk of the lane, tokenized (waits for the workers), or
+# None past the end of a dataset that stops
+Fetch = Callable[[int, int], Any]
+
+
+class Mixer:
+    """One lane's mixer: takes pieces by the rule, from a state, and reports its state."""
+
+    def __init__(
+        self, names: list[str], shares: list[float], unit: str, fetch: Fetch, state: MixState,
+        max_empty: list[int],
+    ):  # fmt: skip
+        if unit not in UNITS:
+            raise ValueError(f"mixture unit {unit!r}: expected one of {UNITS}")
+        self.names, self.shares, self.unit, self.fetch = names, shares, unit, fetch
+        self.state = state.copy()
+        self.max_empty = max_empty  # consecutive empty chunks after which a dataset is unusable
+        self.heads: list[Any] = [None] * len(shares)  # the tokenized chunk at each position
+        self.counters: dict[str, int] = {}  # counters of chunks passed since the last take_counters
+        self.ended = False
+        for d in range(len(shares)):
+            self._settle(d)
+
+    # -- taking -----------------------------------------------------------------------------
+
+    def take(self, limit: int, runs: bool = False) -> Piece | None:
+        """The next piece, at most ``limit`` tokens; None once a dataset that stops ran out.
+
+        With ``runs`` and a single dataset, a piece may hold several whole documents (and a cut
+        of the next one): the same tokens as taking them one by one, in fewer steps.
+        """
+        if self.ended:
+            return None
+        if len(self.shares) == 1:
+            d = 0
+        else:
+            d = pick(self.shares, self.state.used, [self._next_units(e, limit) for e in range(len(self.shares))])
+        piece = self._cut(d, limit, runs and len(self.shares) == 1)
+        self._advance(d, piece)
+        return piece
+
+    def _next_units(self, d: int, limit: int) -> int:
+        pos, docs = self.state.positions[d], self.heads[d]
+        if self.unit == "records":
+            return 1 if pos.offset == 0 else 0
+        remaining = int(docs.offsets[pos.doc + 1] - docs.offsets[pos.doc]) - pos.offset
+        return min(remaining, limit)
+
+    def _cut(self, d: int, limit: int, runs: bool) -> Piece:
+        pos, docs = self.state.positions[d], self.heads[d]
+        start = int(docs.offsets[pos.doc]) + pos.offset
+        doc_end = int(docs.offsets[pos.doc + 1])
+        if not runs or doc_end - start >= limit:
+            return Piece(d, docs, pos.doc, start, min(doc_end, start + limit))
+        return Piece(d, docs, pos.doc, start, min(int(docs.offsets[-1]), start + limit))
+
+    def _advance(self, d: int, piece: Piece) -> None:
+        pos, offsets = self.state.positions[d], self.heads[d].offsets
+        last = int(np.searchsorted(offsets, piece.stop, side="right")) - 1  # the doc holding stop
+        if self.unit == "tokens":
+            self.state.used[d] += len(piece)
+        else:  # documents begun: document starts inside [start, stop)
+            self.state.used[d] += int(np.searchsorted(offsets[:-1], piece.stop)) - pos.doc - (pos.offset > 0)
+        pos.doc, pos.offset = last, piece.stop - int(offsets[last])
+        self._settle(d)
+
+    # -- positions --------------------------------------------------------------------------
+
+    def _settle(self, d: int) -> None:
+        """Load the chunk at ``d``'s position, stepping over used-up and empty chunks."""
+        pos, empty = self.state.positions[d], 0
+        docs = self.heads[d]
+        if docs is None:
+            docs = self.fetch(d, pos.chunk)
+        while docs is not None and pos.doc >= len(docs):
+            self.counters = _sum(self.counters, docs.counters)
+            empty = empty + 1 if len(docs) == 0 else 0
+            if empty > self.max_empty[d]:
+                raise ValueError(
+                    f"dataset {self.names[d]!r} gave {empty} chunks in a row without a document: it "
+                    "holds no usable records (blank lines? a filter that drops everything?)"
+                )
+            pos.chunk, pos.doc, pos.offset = pos.chunk + 1, 0, 0
+            docs = self.fetch(d, pos.chunk)
+        self.heads[d] = docs
+        if docs is None:
+            self.ended = True
+
+    def snapshot(self) -> tuple:
+        """Everything ``restore`` needs to undo later takes (best-fit packing tries a prefix)."""
+        return self.state.copy(), list(self.heads), dict(self.counters), self.ended
+
+    def restore(self, snapshot: tuple) -> None:
+        state, heads, counters, ended = snapshot
+        self.state, self.heads, self.counters, self.ended = state.copy(), list(heads), dict(counters), ended
+
+    def take_counters(self) -> dict[str, int]:
+        """Counters (empty documents, filtered records) of the chunks passed since the last call."""
+        counters, self.counters = self.counters, {}
+        return counters
+
+
+def _sum(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from zephon.io.chunks import Shard, split_range
+from zephon.io.chunks import Shard, rows_within, split_range
 from zephon.io.formats.base import LRU, Format, Records
 
 _OPENED = LRU(8)  # per process: record batches of recently read files (memory-mapped if local)
@@ -41,10 +41,14 @@ class ArrowFormat(Format):
         batches = _batches(shard, opener)
         return list(batches[0].schema.names) if batches else []
 
+    def rows(self, shard: Shard, opener) -> int:
+        return sum(b.num_rows for b in _batches(shard, opener))
+
     def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
         ranges, start = [], 0
         for batch in _batches(shard, opener):
-            ranges += split_range(start, start + batch.num_rows, chunk_size)
+            step = rows_within(chunk_size, chunk_bytes, batch.num_rows, batch.nbytes)
+            ranges += split_range(start, start + batch.num_rows, step)
             start += batch.num_rows
         return ranges
 

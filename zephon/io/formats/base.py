@@ -30,7 +30,12 @@ class Format(ABC):
 
     @abstractmethod
     def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
-        """Chunk ranges of ``shard`` from its metadata, in this format's unit."""
+        """Chunk ranges of ``shard`` from its metadata, in this format's unit: at most
+        ``chunk_size`` rows (row formats) and about ``chunk_bytes`` bytes."""
+
+    def rows(self, shard: Shard, opener) -> int | None:
+        """Rows of ``shard`` from its metadata (row formats), else None."""
+        return None
 
     def schema_names(self, shard: Shard, opener) -> list[str] | None:
         """The field names of ``shard`` from its metadata, or None if it has no schema."""

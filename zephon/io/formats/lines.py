@@ -3,7 +3,8 @@
 A plain file is chunked by byte ranges from its size alone; a chunk owns the lines whose first
 byte lies inside its range, so every line belongs to exactly one chunk whatever the chunk size.
 Reading a chunk costs one range request (two when its last line runs past the range). A
-compressed file cannot be read from the middle, so it is one chunk.
+compressed file cannot be read from the middle: its dataset decompresses it once into the local
+cache (``zephon.io.plain``) and plans and reads that copy.
 """
 
 from __future__ import annotations
@@ -20,15 +21,13 @@ class _LineFormat(Format):
     unit = "bytes"
 
     def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
-        if shard.size == 0:
-            return []
-        if self.compression:
-            return [(0, shard.size)]
+        assert not self.compression, "compressed files are planned through their plain copy"
         return split_range(0, shard.size, chunk_bytes)
 
     def read(self, shard, start, stop, columns, opener) -> Records:
-        with opener.open(shard, self.compression) as f:
-            first, data = (0, f.read()) if self.compression else _owned_lines(f, start, stop)
+        assert not self.compression, "compressed files are read through their plain copy"
+        with opener.open(shard) as f:
+            first, data = _owned_lines(f, start, stop)
         records = []
         for number, line in enumerate(data.split(b"\n")):
             if line.strip():
@@ -84,15 +83,17 @@ def _owned_lines(f, start: int, stop: int) -> tuple[int, bytes]:
         if newline < 0 or newline == len(head) - 1:
             return stop, b""  # no line starts inside the range
         first, data = start + newline, head[newline + 1 :]
-    while data and not data.endswith(b"\n"):  # the last line starts inside: read it to its end
-        more = f.read(_TAIL)
+    parts, step = [data], _TAIL
+    while data and not parts[-1].endswith(b"\n"):  # the last line starts inside: read it to its end
+        more = f.read(step)
+        step = min(2 * step, 64 << 20)  # few requests for a long line, and no quadratic copies
         if not more:
             break
         cut = more.find(b"\n")
-        data += more if cut < 0 else more[: cut + 1]
+        parts.append(more if cut < 0 else more[: cut + 1])
         if cut >= 0:
             break
-    return first, data
+    return first, b"".join(parts)
 
 
 def _line_number(shard: Shard, offset: int, opener) -> int:

@@ -7,7 +7,7 @@ import threading
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephon.io.chunks import Shard, split_range
+from zephon.io.chunks import Shard, rows_within, split_range
 from zephon.io.formats.base import LRU, Format, Records
 
 _FOOTERS = LRU(256)
@@ -39,10 +39,15 @@ class ParquetFormat(Format):
     def schema_names(self, shard: Shard, opener) -> list[str]:
         return list(self.footer(shard, opener).schema.to_arrow_schema().names)
 
+    def rows(self, shard: Shard, opener) -> int:
+        return self.footer(shard, opener).num_rows
+
     def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
-        ranges = []
-        for start, stop in row_group_bounds(self.footer(shard, opener)):
-            ranges += split_range(start, stop, chunk_size)
+        metadata, ranges = self.footer(shard, opener), []
+        for i, (start, stop) in enumerate(row_group_bounds(metadata)):
+            group = metadata.row_group(i)
+            step = rows_within(chunk_size, chunk_bytes, group.num_rows, group.total_byte_size)
+            ranges += split_range(start, stop, step)
         return ranges
 
     def read(self, shard, start, stop, columns, opener) -> Records:
