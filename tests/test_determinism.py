@@ -60,7 +60,9 @@ def test_resume_exactly_at_a_window_edge(make_rank, baseline):
     assert len({s["window"] for s in states.values()}) >= 3, "the steps should cross several windows"
     # a window's last batch leaves the lane at the next window's start, nothing delivered of it
     edges = [
-        k for k in range(1, STEPS) if any(states[lane, k * PER_LANE - 1]["delivered"] == 0 for lane in range(8))
+        k
+        for k in range(1, STEPS)
+        if any(states[lane, k * PER_LANE - 1]["delivered"] == 0 for lane in range(8))
     ]
     assert edges, "no global step ends a window on any lane"
     k = edges[0]

@@ -15,19 +15,29 @@ from zephon.work.plan import ChunkDealer
 
 
 def _chunks(dataset: int, chunks: list[list[int]], first_token: int = 1) -> list[Docs]:
-    """Tokenized chunks with documents of the given lengths; tokens count up from first_token."""
+    """Tokenized chunks with documents of the given lengths (document i from record 2i: odd
+    records were filtered out); tokens count up from first_token."""
     out, token = [], first_token
     for lengths in chunks:
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         tokens = np.arange(token, token + int(offsets[-1]), dtype=np.int32)
         token += int(offsets[-1])
-        out.append(Docs(tokens, offsets, dataset, {"empty_documents": 1} if not lengths else {}))
+        records = np.arange(len(lengths), dtype=np.int64) * 2
+        out.append(Docs(tokens, offsets, records, dataset, {"empty_documents": 1} if not lengths else {}))
     return out
 
 
+def _from_record(docs: Docs, skip: int) -> Docs:
+    """What the workers make of a chunk read from record ``skip`` on."""
+    first = int(np.searchsorted(docs.records, skip))
+    offsets = docs.offsets[first:] - docs.offsets[first]
+    tokens = docs.tokens[docs.offsets[first] :]
+    return Docs(tokens, offsets, docs.records[first:], docs.dataset, {} if skip else docs.counters)
+
+
 def _mixer(streams: list[list[Docs]], shares: list[float], unit="tokens", state=None) -> Mixer:
-    def fetch(d, k):
-        return streams[d][k] if k < len(streams[d]) else None
+    def fetch(d, k, skip):
+        return _from_record(streams[d][k], skip) if k < len(streams[d]) else None
 
     names = [f"d{i}" for i in range(len(streams))]
     state = state or MixState.start(len(streams))
@@ -96,9 +106,10 @@ def test_a_mixer_restored_from_its_state_takes_the_same_pieces():
     for _ in range(3):
         mixer.take(6)
     state = MixState.from_json(mixer.state.to_json(), 2)
-    rest = [(p.dataset, p.start, p.stop) for p in (mixer.take(6) for _ in range(5))]
+    assert state.positions[0].record > 0, "resumes inside a chunk: read from that record on"
+    rest = [p.docs.tokens[p.start : p.stop].tolist() for p in (mixer.take(6) for _ in range(5))]
     again = _mixer(streams, [0.3, 0.7], state=state)
-    assert [(p.dataset, p.start, p.stop) for p in (again.take(6) for _ in range(5))] == rest
+    assert [p.docs.tokens[p.start : p.stop].tolist() for p in (again.take(6) for _ in range(5))] == rest
 
 
 def test_wrap_fills_rows_end_to_end_and_restarts_positions_at_documents_and_cuts():
@@ -108,7 +119,7 @@ def test_wrap_fills_rows_end_to_end_and_restarts_positions_at_documents_and_cuts
     assert rows.tokens.tolist() == [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
     assert rows.positions.tolist() == [[0, 1, 2, 0, 1], [0, 1, 0, 1, 0]]
     assert (rows.sources == 0).all()
-    assert mixer.state.positions[0] == Position(0, 3, 1)  # the next window starts at token 11
+    assert mixer.state.positions[0] == Position(0, 6, 1)  # token 11: record 6 (document 3), offset 1
     rest = PackFlat(4).fill(mixer, 2)
     assert rest.tokens.tolist() == [[11, 12, 13, 14, 15]]  # the dataset stopped: one row left
 
@@ -132,7 +143,7 @@ def test_best_fit_packs_a_prefix_decreasing_then_stops_at_the_first_misfit():
         [7, 8, 9, 10, 11, 16, 17, 18, 19, 20],
     ]
     assert rows.positions.tolist() == [[0, 1, 2, 3, 4, 5, 0, 1, 2, 3], [0, 1, 2, 3, 4, 0, 1, 2, 0, 1]]
-    assert mixer.state.positions[0] == Position(0, 5, 0)  # the 9-token document opens the next window
+    assert mixer.state.positions[0] == Position(0, 10, 0)  # the 9-token document opens the next window
 
 
 def test_best_fit_gives_back_what_does_not_fit_after_fragmentation():
@@ -141,7 +152,7 @@ def test_best_fit_gives_back_what_does_not_fit_after_fragmentation():
     rows = PackFlat(9, "best_fit", pad_id=0).fill(mixer, 2)
     assert rows.tokens.tolist() == [[1, 2, 3, 4, 5, 6, 0, 0, 0, 0], [7, 8, 9, 10, 11, 12, 0, 0, 0, 0]]
     assert rows.sources.tolist() == [[0] * 6 + [-1] * 4] * 2
-    assert mixer.state.positions[0] == Position(0, 2, 0)
+    assert mixer.state.positions[0] == Position(0, 4, 0)
     assert mixer.state.used == [12]
 
 

@@ -148,9 +148,7 @@ def _lumpy(datasets, gpt2, runner, unit_tokens):
 
 @pytest.mark.parametrize("unit_tokens", [False, True], ids=["records", "tokens"])
 @pytest.mark.parametrize("runner", ["thread", "process"])
-def test_a_mixture_is_the_same_under_every_runner(
-    lumpy_mixture, gpt2, runner, unit_tokens
-):
+def test_a_mixture_is_the_same_under_every_runner(lumpy_mixture, gpt2, runner, unit_tokens):
     want = [b.digest() for b in drain(_lumpy(lumpy_mixture, gpt2, "inline", unit_tokens), 120)]
     got = [b.digest() for b in drain(_lumpy(lumpy_mixture, gpt2, runner, unit_tokens), 120)]
     assert got == want

@@ -6,11 +6,13 @@ import pytest
 
 from zephon import Dataset, Pipeline
 from zephon.testing import check_conformance, drain, write_jsonl
-from zephon.testing.functions import long_enough, shout
+from zephon.testing.functions import keeps_most, long_enough, shout
 
 RECIPES = {  # windows of a few batches, so that 16 steps cross several of them
     "map-filter-wrap": lambda p, t: p.map(shout).filter(long_enough).tokenize(t).pack_flat(48).batch(2),
-    "best_fit": lambda p, t: p.options(window_rows=6).tokenize(t).pack_flat(48, algorithm="best_fit").batch(3),
+    "best_fit": lambda p, t: (
+        p.options(window_rows=6).tokenize(t).pack_flat(48, algorithm="best_fit").batch(3)
+    ),
     "shuffle": lambda p, t: p.tokenize(t).pack_flat(32).shuffle(7, seed=2).batch(2),
 }
 
@@ -88,8 +90,14 @@ def test_process_runner_explains_an_unpicklable_function(corpus, gpt2):
         (lambda p, t: p.options(runner="gpu"), "runner='gpu'"),
         (lambda p, t: p.options(lanes=4), r"unknown option\(s\) \['lanes'\]"),
         (lambda p, t: p.options(flush_every=4), "flush_every .* is gone.*set window_rows"),
-        (lambda p, t: p.tokenize(t).shuffle(8), "shuffle takes rows, but the pipeline gives docs.*shuffle the packed rows"),
-        (lambda p, t: p.options(window_rows=5).tokenize(t).pack_flat(8).batch(2).fingerprint(), "window_rows=5 is not a whole number of microbatches of 2 rows"),
+        (
+            lambda p, t: p.tokenize(t).shuffle(8),
+            "shuffle takes rows, but the pipeline gives docs.*shuffle the packed rows",
+        ),
+        (
+            lambda p, t: p.options(window_rows=5).tokenize(t).pack_flat(8).batch(2).fingerprint(),
+            "window_rows=5 is not a whole number of microbatches of 2 rows",
+        ),
     ],
 )
 def test_bad_pipelines_are_explained(corpus, gpt2, build, message):
@@ -145,3 +153,28 @@ def test_negative_seeds_are_refused_when_the_pipeline_is_built(corpus, gpt2):
         Pipeline(Dataset.from_path("d", corpus)).tokenize(gpt2).pack_flat(8).shuffle(4, seed=-1)
     with pytest.raises(ValueError, match="seed must be an int >= 0"):
         DatasetWorkSource(Dataset.from_path("d", corpus), seed=-3)
+
+
+@pytest.mark.parametrize("runner", ["inline", "process"])
+def test_counters_and_documents_carry_across_a_restore_inside_a_chunk(tmp_path, gpt2, runner):
+    records = [{"text": f"document number {i} " * (i % 7)} for i in range(600)]  # every 7th empty
+    write_jsonl(str(tmp_path / "d.jsonl"), records)
+
+    def make():
+        ds = Dataset.from_path("d", str(tmp_path / "d.jsonl"), exhausted="repeat")
+        p = Pipeline(ds).options(num_lanes=2, chunk_bytes=8 << 10, runner=runner)
+        return p.filter(keeps_most).tokenize(gpt2).pack_flat(16).shuffle(4, seed=1).batch(2)
+
+    whole = make()
+    drain(whole, 90)
+    first = make()
+    drain(first, 37)
+    state = first.state_dict()
+    assert any(lane["mixer"]["positions"][0][1] > 0 for lane in state["lanes"].values()), "inside a chunk"
+    rest = make()
+    rest.load_state_dict(state)
+    drain(rest, 53)
+    assert rest.stats() == whole.stats()
+    assert (
+        whole.stats()["counters"]["empty_documents"] > 0 and whole.stats()["counters"]["filtered_records"] > 0
+    )

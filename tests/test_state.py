@@ -125,7 +125,7 @@ def test_an_iterator_of_a_closed_run_ends_instead_of_hanging(make_rank):
 def test_a_state_of_the_chunk_mixing_zephon_is_refused_with_what_to_do(make_rank):
     state = make_rank(1, 0).state_dict()
     state["version"] = 1
-    with pytest.raises(ValueError, match="version 1.*start a new run"):
+    with pytest.raises(ValueError, match=r"version 1.*start a new run"):
         make_rank(1, 0).load_state_dict(state)
 
 

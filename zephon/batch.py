@@ -15,7 +15,8 @@ class Batch:
     """``microbatch_size`` packed rows of ``max_length + 1`` tokens, from lane ``lane``.
 
     ``index`` is the batch's position in its lane's stream: it starts at 0 and keeps counting
-    across checkpoint and restore. ``sources`` is each token's dataset index (-1 on padding).
+    across checkpoint and restore. ``sources`` is each token's dataset index (-1 on padding);
+    ``starts`` marks the first token of each document (a row may also begin inside one).
     """
 
     lane: int
@@ -23,6 +24,7 @@ class Batch:
     tokens: np.ndarray  # int32 [B, max_length + 1]
     positions: np.ndarray  # int32 [B, max_length + 1]
     sources: np.ndarray  # int16 [B, max_length + 1]
+    starts: np.ndarray | None = None  # bool [B, max_length + 1]: each document's first token
     counters: dict[str, int] = field(default_factory=dict)
 
     def to_training(self) -> dict[str, np.ndarray]:
@@ -48,6 +50,12 @@ class Batch:
         """Delivered tokens of each dataset in this batch (padding excluded)."""
         src = self.sources[self.sources >= 0]
         return np.bincount(src, minlength=num_datasets)
+
+    def documents_per_dataset(self, num_datasets: int) -> np.ndarray:
+        """Documents of each dataset that begin in this batch: what record ratios count."""
+        if self.starts is None:
+            return np.zeros(num_datasets, np.int64)
+        return np.bincount(self.sources[self.starts], minlength=num_datasets)
 
     def digest(self) -> str:
         """SHA-256 of the lane, the index and the token, position and source arrays."""

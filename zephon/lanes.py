@@ -10,6 +10,7 @@ position at a window start plus the batches of that window already delivered.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -54,8 +55,9 @@ class ChunkStreams:
         self.queues: list[deque[tuple[int, Future]]] = [deque() for _ in plan.tables]
         self.ends: list[int | None] = [None] * len(plan.tables)  # first chunk number past the end
 
-    def fetch(self, dataset: int, k: int) -> Any:
-        """The lane's ``k``-th chunk of ``dataset``, tokenized (waits for it), or None past its end."""
+    def fetch(self, dataset: int, k: int, skip: int = 0) -> Any:
+        """The lane's ``k``-th chunk of ``dataset``, tokenized from record ``skip`` on (waits for
+        it), or None past the dataset's end."""
         queue, end = self.queues[dataset], self.ends[dataset]
         if queue and queue[0][0] > k:
             queue.clear()  # not expected: an earlier chunk than any kept; read it again
@@ -65,6 +67,8 @@ class ChunkStreams:
             if chunk is None:
                 self.ends[dataset] = end = j
                 break
+            if j == k and skip:  # resuming inside the chunk: tokenize only what is left
+                chunk = dataclasses.replace(chunk, skip=skip)
             queue.append((j, self.executor.submit(chunk)))
             j += 1
         if not queue or k - queue[0][0] >= len(queue):
@@ -106,7 +110,8 @@ def lane_batches(
     streams = ChunkStreams(plan, lane, executor, depth)
     max_empty = [2 * plan.chunks_per_lane_epoch(d) + 2 for d in range(len(source.datasets))]
     try:
-        mixer = Mixer(source.names, source.shares, source.unit, streams.fetch, start.mix, max_empty)
+        fresh = start.window == 0
+        mixer = Mixer(source.names, source.shares, source.unit, streams.fetch, start.mix, max_empty, fresh)
         window, index, at_start = start.window, start.index - start.delivered, start.mix
         while True:
             rows = ops.pack.fill(mixer, ops.window_rows)
@@ -115,7 +120,7 @@ def lane_batches(
             if ops.shuffle is not None:
                 rows = rows.take(ops.shuffle.order(len(rows), lane, window))
             parts = ops.batch.split(rows)
-            counters, end = mixer.take_counters(), mixer.state.copy()
+            counters, end = mixer.take_counters(), mixer.state
             streams.release(end)
             skip = start.delivered if window == start.window else 0
             if skip >= len(parts):
@@ -125,7 +130,7 @@ def lane_batches(
                 )
             for j in range(skip, len(parts)):
                 part = parts[j]
-                batch = Batch(lane, index + j, part.tokens, part.positions, part.sources)
+                batch = Batch(lane, index + j, part.tokens, part.positions, part.sources, part.starts)
                 batch.counters = counters if j == 0 else {}
                 last = j == len(parts) - 1
                 yield (batch, window + 1, 0, end) if last else (batch, window, j + 1, at_start)

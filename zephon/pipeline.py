@@ -227,12 +227,15 @@ class Pipeline:
         self._lanes = lanes
 
     def stats(self) -> dict:
-        """What this rank has delivered: tokens per dataset, and counters (empty documents...)."""
+        """What this rank has delivered: tokens and documents begun per dataset, and counters
+        (empty documents, filtered records), across restores."""
         lanes = self._lane_states().values()
-        names = [d.name for d in self.source.datasets]
+        names = self.source.names
         tokens = [sum(s.tokens[i] for s in lanes) for i in range(len(names))]
+        documents = [sum(s.documents[i] for s in lanes) for i in range(len(names))]
         return {
             "tokens": dict(zip(names, tokens, strict=True)),
+            "documents": dict(zip(names, documents, strict=True)),
             "counters": sum_counters(s.counters for s in lanes),
             "batches": sum(s.index for s in lanes),
         }
@@ -286,8 +289,10 @@ class _Run:
     def _delivered(self, batch: Batch, window: int, delivered: int, mix) -> None:
         state = self.states[batch.lane]
         state.window, state.delivered, state.index, state.mix = window, delivered, batch.index + 1, mix
-        counts = batch.tokens_per_dataset(len(state.tokens))
-        state.tokens = [t + int(c) for t, c in zip(state.tokens, counts, strict=True)]
+        n = len(state.tokens)
+        state.tokens = [t + int(c) for t, c in zip(state.tokens, batch.tokens_per_dataset(n), strict=True)]
+        docs = batch.documents_per_dataset(n)
+        state.documents = [t + int(c) for t, c in zip(state.documents, docs, strict=True)]
         state.counters = sum_counters([state.counters, batch.counters])
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ Shape (JSON-safe)::
                       "used": [...]},                            # units taken per dataset
                                     # (both at the start of window w)
             "tokens": [...],        # tokens delivered so far, per dataset
+            "documents": [...],     # documents begun so far, per dataset
             "counters": {...}}      # e.g. empty_documents, filtered_records, so far
 
 A lane's state is a few integers per dataset whatever the step. Restore replays window ``w``
@@ -38,11 +39,12 @@ class LaneState:
     index: int
     mix: MixState
     tokens: list[int]
+    documents: list[int]
     counters: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def start(num_datasets: int) -> LaneState:
-        return LaneState(0, 0, 0, MixState.start(num_datasets), [0] * num_datasets, {})
+        return LaneState(0, 0, 0, MixState.start(num_datasets), [0] * num_datasets, [0] * num_datasets, {})
 
     def to_json(self) -> dict:
         return {
@@ -51,6 +53,7 @@ class LaneState:
             "index": self.index,
             "mixer": self.mix.to_json(),
             "tokens": list(self.tokens),
+            "documents": list(self.documents),
             "counters": dict(self.counters),
         }
 
@@ -63,14 +66,18 @@ class LaneState:
                 int(data["index"]),
                 MixState.from_json(data["mixer"], num_datasets),
                 [int(t) for t in data["tokens"]],
+                [int(t) for t in data["documents"]],
                 {str(k): int(v) for k, v in data.get("counters", {}).items()},
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"malformed lane state {data!r}: {e}") from None
-        if len(state.tokens) != num_datasets or min(state.window, state.delivered, state.index) < 0:
+        counts = [*state.tokens, *state.documents]
+        if len(counts) != 2 * num_datasets or min(state.window, state.delivered, state.index, *counts) < 0:
             raise ValueError(f"malformed lane state {data!r}")
         if state.delivered > state.index:
-            raise ValueError(f"malformed lane state {data!r}: more batches delivered in the window than in all")
+            raise ValueError(
+                f"malformed lane state {data!r}: more batches delivered in the window than in all"
+            )
         return state
 
 

@@ -25,12 +25,14 @@ class Shard:
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """A range ``[start, stop)`` of one shard of one dataset, in the format's unit."""
+    """A range ``[start, stop)`` of one shard of one dataset, in the format's unit; ``skip``:
+    records of it to leave out at its start (a lane resuming inside the chunk)."""
 
     dataset: int
     shard: int
     start: int
     stop: int
+    skip: int = 0
 
     @property
     def size(self) -> int:

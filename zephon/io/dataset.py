@@ -155,7 +155,9 @@ class Dataset:
             original = self.shards(io)[chunk.shard].url
             if original == shard.url:
                 raise
-            raise DataError(str(e).replace(shard.url, f"{original} (decompressed)")) from None  # the user's file
+            raise DataError(
+                str(e).replace(shard.url, f"{original} (decompressed)")
+            ) from None  # the user's file
 
     def fingerprint(self, io: IOConfig | None = None) -> str:
         """A digest of what shapes this dataset's data: its files (names relative to their

@@ -71,4 +71,3 @@ def _decompress(shard: Shard, compression: str, opener: Opener, path: str) -> No
 def _remove(path: str) -> None:
     if os.path.exists(path):
         os.unlink(path)
-

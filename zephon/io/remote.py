@@ -195,7 +195,7 @@ class Opener:
     def open(self, shard: Shard):
         if self.is_remote(shard.url):
             return RemoteFile(shard, self)
-        return open(shard.url.removeprefix("file://"), "rb")  # noqa: SIM115 - the caller closes it
+        return open(shard.url.removeprefix("file://"), "rb")
 
     @staticmethod
     def decompress(raw, compression: str):

@@ -15,10 +15,12 @@ PAD_SOURCE = -1  # the `sources` value of padding tokens
 
 @dataclass(slots=True)
 class RecordBlock:
-    """The records of one chunk of dataset ``dataset``."""
+    """The records of one chunk of dataset ``dataset``; ``numbers``: each one's place among the
+    chunk's records (filters leave gaps)."""
 
     dataset: int
     records: list[dict]
+    numbers: np.ndarray  # int64 [n]
     counters: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -27,12 +29,13 @@ class RecordBlock:
 
 @dataclass(slots=True)
 class Docs:
-    """A chunk's documents as one flat token array: document i is ``tokens[offsets[i]:offsets[i+1]]``;
-    no document is empty. ``counters``: what was left out on the way (empty documents, filtered
-    records)."""
+    """A chunk's documents as one flat token array: document i is ``tokens[offsets[i]:offsets[i+1]]``,
+    made of record ``records[i]`` of the chunk; no document is empty. ``counters``: what was left
+    out on the way (empty documents, filtered records)."""
 
     tokens: np.ndarray  # int32 [total]
     offsets: np.ndarray  # int64 [n + 1]
+    records: np.ndarray  # int64 [n]
     dataset: int
     counters: dict[str, int] = field(default_factory=dict)
 
@@ -42,28 +45,28 @@ class Docs:
 
 @dataclass(slots=True)
 class Rows:
-    """Packed rows of ``row_len`` tokens; ``sources``: each token's dataset, -1 on padding."""
+    """Packed rows of ``row_len`` tokens; ``sources``: each token's dataset, -1 on padding;
+    ``starts``: the first token of each document (not where a document continues after a cut)."""
 
     tokens: np.ndarray  # int32 [n, row_len]
     positions: np.ndarray  # int32 [n, row_len]
     sources: np.ndarray  # int16 [n, row_len]
+    starts: np.ndarray  # bool [n, row_len]
+
+    FIELDS = ("tokens", "positions", "sources", "starts")
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def slice(self, start: int, stop: int) -> Rows:
-        return Rows(self.tokens[start:stop], self.positions[start:stop], self.sources[start:stop])
+        return Rows(*(getattr(self, f)[start:stop] for f in self.FIELDS))
 
     def take(self, order: np.ndarray) -> Rows:
-        return Rows(self.tokens[order], self.positions[order], self.sources[order])
+        return Rows(*(getattr(self, f)[order] for f in self.FIELDS))
 
     @staticmethod
     def concat(items: list[Rows]) -> Rows:
-        return Rows(
-            np.concatenate([r.tokens for r in items]),
-            np.concatenate([r.positions for r in items]),
-            np.concatenate([r.sources for r in items]),
-        )
+        return Rows(*(np.concatenate([getattr(r, f) for r in items]) for f in Rows.FIELDS))
 
     @staticmethod
     def padding(n: int, row_len: int, pad_id: int) -> Rows:
@@ -71,6 +74,7 @@ class Rows:
             np.full((n, row_len), pad_id, np.int32),
             np.zeros((n, row_len), np.int32),
             np.full((n, row_len), PAD_SOURCE, np.int16),
+            np.zeros((n, row_len), bool),
         )
 
 

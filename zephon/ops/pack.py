@@ -91,7 +91,9 @@ def best_fit(mixer: Mixer, rows: int, row_len: int) -> list[list[Piece]]:
         lo, hi = 0, len(pieces)  # bins(lo) <= rows < bins(hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if len(decreasing([len(p) for p in pieces[:mid]], row_len)) <= rows else (lo, mid)
+            lo, hi = (
+                (mid, hi) if len(decreasing([len(p) for p in pieces[:mid]], row_len)) <= rows else (lo, mid)
+            )
         mixer.restore(snapshots[lo])
         pieces = pieces[:lo]
         bins = decreasing([len(p) for p in pieces], row_len)
@@ -142,25 +144,28 @@ def build_rows(pieces: list[Piece], lengths: list[int], row_len: int, pad_id: in
     sizes = np.fromiter((len(p) for p in pieces), np.int64, len(pieces))
     at = np.zeros(len(pieces), np.int64)
     np.cumsum(sizes[:-1], out=at[1:])
-    restart = np.zeros(len(tokens), bool)  # positions restart at pieces and documents
-    restart[at] = True
+    starts = np.zeros(len(tokens), bool)  # document starts
+    cuts = []  # pieces that continue a document: positions restart there too
     for p, a in zip(pieces, at.tolist(), strict=True):
         offsets = p.docs.offsets
+        if p.start > offsets[p.doc]:
+            cuts.append(a)
         if p.stop > offsets[p.doc + 1]:  # a run of several documents
             inner = offsets[p.doc + 1 : int(np.searchsorted(offsets, p.stop))]
-            restart[a + inner - p.start] = True
+            starts[a + inner - p.start] = True
+    starts[at] = True
+    restart = starts.copy()
+    starts[cuts] = False
     index = np.arange(len(tokens))
     positions = (index - np.maximum.accumulate(np.where(restart, index, 0))).astype(np.int32)
     sources = np.repeat(np.fromiter((p.dataset for p in pieces), np.int16, len(pieces)), sizes)
+    flat = (tokens, positions, sources, starts)
     if all(k == row_len for k in lengths):
-        shape = (n, row_len)
-        return Rows(tokens.reshape(shape), positions.reshape(shape), sources.reshape(shape))
+        return Rows(*(x.reshape(n, row_len) for x in flat))
     out = Rows.padding(n, row_len, pad_id)
-    starts = np.concatenate([[0], np.cumsum(lengths)])
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
     for r in range(n):
-        a, b = int(starts[r]), int(starts[r + 1])
-        out.tokens[r, : b - a] = tokens[a:b]
-        out.positions[r, : b - a] = positions[a:b]
-        out.sources[r, : b - a] = sources[a:b]
+        a, b = int(bounds[r]), int(bounds[r + 1])
+        for field, values in zip(Rows.FIELDS, flat, strict=True):
+            getattr(out, field)[r, : b - a] = values[a:b]
     return out
-

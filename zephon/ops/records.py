@@ -8,6 +8,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from zephon.io import Chunk, Dataset
 from zephon.io.remote import IOConfig
 from zephon.ops.base import WorkOperator
@@ -26,7 +28,8 @@ class Read(WorkOperator):
         self.datasets, self.io = datasets, io
 
     def work(self, chunk: Chunk) -> RecordBlock:
-        return RecordBlock(chunk.dataset, self.datasets[chunk.dataset].read(chunk, self.io))
+        records = self.datasets[chunk.dataset].read(chunk, self.io)[chunk.skip :]
+        return RecordBlock(chunk.dataset, records, np.arange(chunk.skip, chunk.skip + len(records)))
 
     def params(self) -> dict:
         return {}
@@ -95,7 +98,7 @@ class Map(_RecordFunction):
                     f"{type(new).__name__}, expected a dict record (use .filter to drop records)"
                 )
             out.append(new)
-        return RecordBlock(block.dataset, out, block.counters)
+        return RecordBlock(block.dataset, out, block.numbers, block.counters)
 
 
 class Filter(_RecordFunction):
@@ -104,7 +107,8 @@ class Filter(_RecordFunction):
     kind = "filter"
 
     def work(self, block: RecordBlock) -> RecordBlock:
-        kept = [r for r in block.records if self.fn(r)]
+        keep = np.fromiter((bool(self.fn(r)) for r in block.records), bool, len(block))
+        kept = [r for r, k in zip(block.records, keep, strict=True) if k]
         counters = dict(block.counters)
         counters["filtered_records"] = counters.get("filtered_records", 0) + len(block) - len(kept)
-        return RecordBlock(block.dataset, kept, counters)
+        return RecordBlock(block.dataset, kept, block.numbers[keep], counters)

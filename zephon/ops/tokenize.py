@@ -21,6 +21,7 @@ class Tokenize(WorkOperator):
     kind = "tokenize"
     takes = ("records",)
     gives = "docs"
+
     def __init__(
         self,
         tokenizer_id: str,
@@ -59,6 +60,7 @@ class Tokenize(WorkOperator):
     def work(self, block: RecordBlock) -> Docs:
         tok = self.tokenizer()
         ids = tok.encode_batch([self._text(r, block) for r in block.records])
+        keep = np.fromiter((len(x) > 0 for x in ids), bool, len(ids))
         kept = [x for x in ids if x]
         head = [tok.bos_id] if self.add_bos else []
         tail = [tok.eos_id] if self.add_eos else []
@@ -70,7 +72,7 @@ class Tokenize(WorkOperator):
             counters["empty_documents"] = counters.get("empty_documents", 0) + len(ids) - len(kept)
         offsets = np.zeros(len(kept) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        return Docs(tokens, offsets, block.dataset, counters)
+        return Docs(tokens, offsets, block.numbers[keep], block.dataset, counters)
 
     def _text(self, record: dict, block: RecordBlock) -> str:
         try:

@@ -11,3 +11,8 @@ def shout(record: dict) -> dict:
 def long_enough(record: dict) -> bool:
     """Keep records of at least five words."""
     return record["text"].count(" ") >= 4
+
+
+def keeps_most(record: dict) -> bool:
+    """Drop the records whose text mentions a number ending in 5."""
+    return "5 " not in record["text"]

@@ -145,10 +145,8 @@ def load_recipe(path: str, overrides: dict[str, dict[str, Any]] | None = None) -
 
 
 RETIRED = {
-    "flush_every": "windows now end on whole microbatches; use window_rows (rows per window) or "
-    "leave it out",
-    "sample_chunks": "mixtures now count every document's exact tokens; nothing is sampled, "
-    "leave it out",
+    "flush_every": "windows now end on whole microbatches; use window_rows (rows per window) or leave it out",
+    "sample_chunks": "mixtures now count every document's exact tokens; nothing is sampled, leave it out",
 }
 
 

@@ -5,10 +5,11 @@ in the order the chunk dealer gives them (a pure plan, see ``plan.py``), and ins
 documents in file order, as the workers tokenized them. The workers read and tokenize ahead; the
 mixer only waits when it needs a chunk that is not done yet.
 
-**Position.** Per dataset the lane keeps one read position ``(chunk, doc, offset)``: its
-``chunk``-th chunk of the dataset, document ``doc`` of that chunk, ``offset`` tokens into it. A
-position always points at a document that exists (empty chunks are stepped over at once), or at
-the end of a dataset that stops.
+**Position.** Per dataset the lane keeps one read position ``(chunk, record, offset)``: its
+``chunk``-th chunk of the dataset, the document made of record ``record`` of that chunk, ``offset``
+tokens into it. A position always points at a document that exists (empty chunks are stepped
+over at once), or at the end of a dataset that stops. A lane resuming inside a chunk has the
+workers tokenize the chunk from that record on only.
 
 **Counters.** ``used[d]``: the units taken from dataset ``d`` so far: tokens for a token mixture,
 documents for a record mixture (a document counts when its first token is taken).
@@ -65,16 +66,16 @@ def pick(shares: list[float], used: list[int], upcoming: list[float]) -> int:
 
 @dataclass(slots=True)
 class Position:
-    """Where a lane stands in one dataset: its ``chunk``-th chunk, document ``doc``, ``offset``."""
+    """Where a lane stands in one dataset: its ``chunk``-th chunk, record ``record``, ``offset``."""
 
     chunk: int = 0
-    doc: int = 0
+    record: int = 0
     offset: int = 0
 
 
 @dataclass(slots=True)
 class MixState:
-    """A lane's mixer at a window start. JSON: ``{"positions": [[chunk, doc, offset], ...],
+    """A lane's mixer at a window start. JSON: ``{"positions": [[chunk, record, offset], ...],
     "used": [units, ...]}``, one entry per dataset."""
 
     positions: list[Position]
@@ -85,10 +86,10 @@ class MixState:
         return MixState([Position() for _ in range(num_datasets)], [0] * num_datasets)
 
     def copy(self) -> MixState:
-        return MixState([Position(p.chunk, p.doc, p.offset) for p in self.positions], list(self.used))
+        return MixState([Position(p.chunk, p.record, p.offset) for p in self.positions], list(self.used))
 
     def to_json(self) -> dict:
-        return {"positions": [[p.chunk, p.doc, p.offset] for p in self.positions], "used": list(self.used)}
+        return {"positions": [[p.chunk, p.record, p.offset] for p in self.positions], "used": list(self.used)}
 
     @staticmethod
     def from_json(data: Any, num_datasets: int) -> MixState:
@@ -98,10 +99,10 @@ class MixState:
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"malformed mixer state {data!r}: {e}") from None
         if len(positions) != len(data["positions"]):
-            raise ValueError(f"malformed mixer state {data!r}: positions are [chunk, doc, offset]")
+            raise ValueError(f"malformed mixer state {data!r}: positions are [chunk, record, offset]")
         if len(positions) != num_datasets or len(used) != num_datasets:
             raise ValueError(f"mixer state {data!r} does not match {num_datasets} datasets")
-        if any(min(p.chunk, p.doc, p.offset) < 0 for p in positions) or min(used) < 0:
+        if any(min(p.chunk, p.record, p.offset) < 0 for p in positions) or min(used) < 0:
             raise ValueError(f"mixer state {data!r} holds a negative number")
         return MixState(positions, used)
 
@@ -121,28 +122,48 @@ class Piece:
         return self.stop - self.start
 
 
-# fetch(dataset, chunk number) -> that chunk of the lane, tokenized (waits for the workers), or
-# None past the end of a dataset that stops
-Fetch = Callable[[int, int], Any]
+# fetch(dataset, chunk number, first record) -> that chunk of the lane, tokenized from that record
+# on (waits for the workers), or None past the end of a dataset that stops
+Fetch = Callable[[int, int, int], Any]
 
 
 class Mixer:
-    """One lane's mixer: takes pieces by the rule, from a state, and reports its state."""
+    """One lane's mixer: takes pieces by the rule, from a state, and reports its state.
+
+    Inside, a position is a document index into the chunk at hand (``heads[d]``); ``state``
+    gives it as the record number, which does not depend on where the chunk was read from.
+    """
 
     def __init__(
         self, names: list[str], shares: list[float], unit: str, fetch: Fetch, state: MixState,
-        max_empty: list[int],
+        max_empty: list[int], fresh: bool = False,
     ):  # fmt: skip
         if unit not in UNITS:
             raise ValueError(f"mixture unit {unit!r}: expected one of {UNITS}")
         self.names, self.shares, self.unit, self.fetch = names, shares, unit, fetch
-        self.state = state.copy()
+        self.chunks = [p.chunk for p in state.positions]
+        self.offsets = [p.offset for p in state.positions]
+        self.used = list(state.used)
         self.max_empty = max_empty  # consecutive empty chunks after which a dataset is unusable
         self.heads: list[Any] = [None] * len(shares)  # the tokenized chunk at each position
-        self.counters: dict[str, int] = {}  # counters of chunks passed since the last take_counters
+        self.docs = [0] * len(shares)  # document index into heads[d]
+        self.counters: dict[str, int] = {}  # of the chunks entered since the last take_counters
         self.ended = False
-        for d in range(len(shares)):
+        for d, position in enumerate(state.positions):
+            head = self.heads[d] = fetch(d, position.chunk, position.record)
+            if head is not None:
+                self.docs[d] = int(np.searchsorted(head.records, position.record))
+                if fresh:  # a chunk's counters count when the lane enters it
+                    self.counters = _sum(self.counters, head.counters)
             self._settle(d)
+
+    @property
+    def state(self) -> MixState:
+        positions = []
+        for d, head in enumerate(self.heads):
+            record = int(head.records[self.docs[d]]) if head is not None else 0
+            positions.append(Position(self.chunks[d], record, self.offsets[d]))
+        return MixState(positions, list(self.used))
 
     # -- taking -----------------------------------------------------------------------------
 
@@ -157,68 +178,68 @@ class Mixer:
         if len(self.shares) == 1:
             d = 0
         else:
-            d = pick(self.shares, self.state.used, [self._next_units(e, limit) for e in range(len(self.shares))])
+            d = pick(self.shares, self.used, [self._next_units(e, limit) for e in range(len(self.shares))])
         piece = self._cut(d, limit, runs and len(self.shares) == 1)
         self._advance(d, piece)
         return piece
 
     def _next_units(self, d: int, limit: int) -> int:
-        pos, docs = self.state.positions[d], self.heads[d]
         if self.unit == "records":
-            return 1 if pos.offset == 0 else 0
-        remaining = int(docs.offsets[pos.doc + 1] - docs.offsets[pos.doc]) - pos.offset
-        return min(remaining, limit)
+            return 1 if self.offsets[d] == 0 else 0
+        offsets, doc = self.heads[d].offsets, self.docs[d]
+        return min(int(offsets[doc + 1] - offsets[doc]) - self.offsets[d], limit)
 
     def _cut(self, d: int, limit: int, runs: bool) -> Piece:
-        pos, docs = self.state.positions[d], self.heads[d]
-        start = int(docs.offsets[pos.doc]) + pos.offset
-        doc_end = int(docs.offsets[pos.doc + 1])
+        docs, doc = self.heads[d], self.docs[d]
+        start = int(docs.offsets[doc]) + self.offsets[d]
+        doc_end = int(docs.offsets[doc + 1])
         if not runs or doc_end - start >= limit:
-            return Piece(d, docs, pos.doc, start, min(doc_end, start + limit))
-        return Piece(d, docs, pos.doc, start, min(int(docs.offsets[-1]), start + limit))
+            return Piece(d, docs, doc, start, min(doc_end, start + limit))
+        return Piece(d, docs, doc, start, min(int(docs.offsets[-1]), start + limit))
 
     def _advance(self, d: int, piece: Piece) -> None:
-        pos, offsets = self.state.positions[d], self.heads[d].offsets
+        offsets = self.heads[d].offsets
         last = int(np.searchsorted(offsets, piece.stop, side="right")) - 1  # the doc holding stop
         if self.unit == "tokens":
-            self.state.used[d] += len(piece)
+            self.used[d] += len(piece)
         else:  # documents begun: document starts inside [start, stop)
-            self.state.used[d] += int(np.searchsorted(offsets[:-1], piece.stop)) - pos.doc - (pos.offset > 0)
-        pos.doc, pos.offset = last, piece.stop - int(offsets[last])
+            self.used[d] += (
+                int(np.searchsorted(offsets[:-1], piece.stop)) - self.docs[d] - (self.offsets[d] > 0)
+            )
+        self.docs[d], self.offsets[d] = last, piece.stop - int(offsets[last])
         self._settle(d)
 
     # -- positions --------------------------------------------------------------------------
 
     def _settle(self, d: int) -> None:
-        """Load the chunk at ``d``'s position, stepping over used-up and empty chunks."""
-        pos, empty = self.state.positions[d], 0
-        docs = self.heads[d]
-        if docs is None:
-            docs = self.fetch(d, pos.chunk)
-        while docs is not None and pos.doc >= len(docs):
-            self.counters = _sum(self.counters, docs.counters)
+        """Step over used-up and empty chunks to the next document of ``d``, or its end."""
+        docs, empty = self.heads[d], 0
+        while docs is not None and self.docs[d] >= len(docs):
             empty = empty + 1 if len(docs) == 0 else 0
             if empty > self.max_empty[d]:
                 raise ValueError(
                     f"dataset {self.names[d]!r} gave {empty} chunks in a row without a document: it "
                     "holds no usable records (blank lines? a filter that drops everything?)"
                 )
-            pos.chunk, pos.doc, pos.offset = pos.chunk + 1, 0, 0
-            docs = self.fetch(d, pos.chunk)
-        self.heads[d] = docs
+            self.chunks[d], self.docs[d], self.offsets[d] = self.chunks[d] + 1, 0, 0
+            docs = self.heads[d] = self.fetch(d, self.chunks[d], 0)
+            if docs is not None:
+                self.counters = _sum(self.counters, docs.counters)
         if docs is None:
             self.ended = True
 
     def snapshot(self) -> tuple:
         """Everything ``restore`` needs to undo later takes (best-fit packing tries a prefix)."""
-        return self.state.copy(), list(self.heads), dict(self.counters), self.ended
+        lists = (self.chunks, self.docs, self.offsets, self.used, self.heads)
+        return (*(list(x) for x in lists), dict(self.counters), self.ended)
 
     def restore(self, snapshot: tuple) -> None:
-        state, heads, counters, ended = snapshot
-        self.state, self.heads, self.counters, self.ended = state.copy(), list(heads), dict(counters), ended
+        chunks, docs, offsets, used, heads, counters, self.ended = snapshot
+        self.chunks, self.docs, self.offsets, self.used = list(chunks), list(docs), list(offsets), list(used)
+        self.heads, self.counters = list(heads), dict(counters)
 
     def take_counters(self) -> dict[str, int]:
-        """Counters (empty documents, filtered records) of the chunks passed since the last call."""
+        """Counters (empty documents, filtered records) of the chunks entered since the last call."""
         counters, self.counters = self.counters, {}
         return counters
 

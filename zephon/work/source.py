@@ -60,7 +60,9 @@ class StaticMixtureWorkSource:
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         if token_estimation is not None and not isinstance(token_estimation, TokenEstimation):
-            raise ValueError(f"token_estimation must be a TokenEstimation() or None, got {token_estimation!r}")
+            raise ValueError(
+                f"token_estimation must be a TokenEstimation() or None, got {token_estimation!r}"
+            )
         self.datasets, self.seed, self.token_estimation = list(datasets), seed, token_estimation
         self.shares = normalize(mixture, names)
 
@@ -82,7 +84,8 @@ class StaticMixtureWorkSource:
 
     def plan(self, ctx: PlanContext) -> LanePlan:
         tables = [
-            d.chunks(ctx.num_lanes, ctx.chunk_size, ctx.chunk_bytes, ctx.io, ctx.map_fn) for d in self.datasets
+            d.chunks(ctx.num_lanes, ctx.chunk_size, ctx.chunk_bytes, ctx.io, ctx.map_fn)
+            for d in self.datasets
         ]
         for d, t in zip(self.datasets, tables, strict=True):
             if d.exhausted == "stop" and len(t) < ctx.num_lanes:

@@ -1,0 +1,129 @@
+#!/usr/bin/env python
+"""Padding, empty rows and dropped tokens of the delivered stream, at default options.
+
+Real text (KJV verses, KJV chapters, whole Python standard-library files; JSON lines), GPT-2
+BPE, 8 lanes, ``pack_flat(2048)``, shuffle 256, microbatch 8, default chunking and windows:
+
+- a three-dataset token mixture (every dataset repeating), 2M+ delivered tokens: the share of
+  label positions that are padding (-100), and rows that are all padding;
+- each dataset alone, ``exhausted="stop"``, read to its end: tokens delivered against the
+  tokens of all its documents (tokenized one by one, EOS included): what was dropped.
+
+Wrap packing and best-fit are both measured. Writes benchmarks/results/padding.txt.
+
+    python benchmarks/padding.py [--tokens 2000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import tempfile
+import time
+
+from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+from zephon.io import load_tokenizer
+from zephon.testing import gpt2_tokenizer_dir, write_jsonl
+from zephon.testing.data import kjv_records, python_source_documents
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MIXTURE = {"verses": 0.4, "chapters": 0.35, "code": 0.25}
+
+
+def write_corpora(tmp: str) -> dict[str, tuple[str, list[str]]]:
+    verses = kjv_records()
+    chapters: dict = {}
+    for v in verses:
+        chapters.setdefault((v["book"], v["chapter"]), []).append(v["text"])
+    texts = {
+        "verses": [v["text"] for v in verses],
+        "chapters": [" ".join(t) for t in chapters.values()],
+        "code": [d["text"] for d in python_source_documents(4 << 20)],
+    }
+    return {
+        name: (write_jsonl(os.path.join(tmp, f"{name}.jsonl"), [{"text": t} for t in docs]), docs)
+        for name, docs in texts.items()
+    }
+
+
+def build(source, tokenizer: str, algorithm: str) -> Pipeline:
+    return (
+        Pipeline(source)
+        .options(num_lanes=8)
+        .tokenize(tokenizer, parallelism=2)
+        .pack_flat(2048, algorithm=algorithm)
+        .shuffle(256, seed=1)
+        .batch(8)
+    )
+
+
+def measure(pipeline: Pipeline, tokens: int | None) -> dict:
+    labels = padded = rows = empty = delivered = 0
+    for batch in pipeline:
+        pad = batch.sources[:, 1:] < 0  # label positions that are padding (-100)
+        labels, padded = labels + pad.size, padded + int(pad.sum())
+        rows += len(batch.sources)
+        empty += int(((batch.sources >= 0).sum(axis=1) == 0).sum())
+        delivered += int((batch.sources >= 0).sum())
+        if tokens is not None and delivered >= tokens:
+            break
+    pipeline.close()
+    return {"padding": padded / labels, "rows": rows, "empty": empty, "delivered": delivered}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=2_000_000)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    lines = [
+        "Padding of the delivered stream at default options: 8 lanes, GPT-2 BPE, pack_flat(2048),",
+        "shuffle 256, microbatch 8, default chunking and windows. Real text: KJV verses, KJV",
+        "chapters, Python standard-library files (JSON lines).",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}.",
+        "Command: python benchmarks/padding.py",
+        "",
+        f"{'run':<44} {'packing':<8} {'padding':>8} {'rows':>6} {'empty':>6} {'dropped':>8}",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        corpora = write_corpora(tmp)
+        tokenizer = gpt2_tokenizer_dir(os.path.join(tmp, "gpt2"))
+        tok = load_tokenizer(tokenizer)
+        for algorithm in ("wrap", "best_fit"):
+            datasets = [Dataset.from_path(n, p, exhausted="repeat") for n, (p, _) in corpora.items()]
+            source = StaticMixtureWorkSource(datasets, MIXTURE, token_estimation=TokenEstimation(), seed=1)
+            start = time.monotonic()
+            m = measure(build(source, tokenizer, algorithm), args.tokens)
+            run = f"mixture {MIXTURE}"[:44]
+            lines.append(
+                f"{run:<44} {algorithm:<8} {m['padding']:>8.4%} {m['rows']:>6} {m['empty']:>6} {'-':>8}"
+            )
+            print(lines[-1], f"[{time.monotonic() - start:.1f}s]", flush=True)
+            for name, (path, texts) in corpora.items():
+                want = sum(len(ids) + 1 for ids in tok.encode_batch(texts) if ids)  # + EOS
+                start = time.monotonic()
+                m = measure(build(Dataset.from_path(name, path), tokenizer, algorithm), None)
+                run = f"{name} alone, to its end ({want:,} tokens)"
+                dropped = want - m["delivered"]
+                lines.append(
+                    f"{run:<44} {algorithm:<8} {m['padding']:>8.4%} {m['rows']:>6} {m['empty']:>6} "
+                    f"{dropped:>8}"
+                )
+                print(lines[-1], f"[{time.monotonic() - start:.1f}s]", flush=True)
+    lines += [
+        "",
+        "padding: share of label positions that are -100; empty: rows without a token; dropped:",
+        "tokens of the dataset never delivered. A run read to its end pads each lane's last row",
+        "and fills its last microbatch (up to 8 lanes x 8 rows); best-fit rows end in padding by",
+        "nature (whole documents), but no row before a lane's end is empty.",
+    ]
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(HERE, "results", "padding.txt"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
