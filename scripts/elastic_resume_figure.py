@@ -15,27 +15,21 @@ docs/elastic_resume.txt.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 from zephon.testing import logged_losses
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = os.path.join(ROOT, "train_configs", "llama3_debug.toml")
+from zephon.testing.jobs import CONFIG, ROOT, by_step, default_loader_config, digest_lines, run_train
 
 
 def run(ngpu: int, config: str, dump: str, *args: str) -> dict[int, float]:
-    env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config)
-    cmd = ["./run_train.sh", "--dump_folder", dump, "--metrics.disable_color_printing", *args]
     start = time.monotonic()
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{(result.stdout + result.stderr)[-4000:]}")
-    found = logged_losses(result.stdout)
+    rc, log = run_train(ngpu, dump, *args, config=config, timeout=None)
+    if rc != 0:
+        sys.exit(f"{ngpu} rank(s) {' '.join(args)} failed:\n{log[-4000:]}")
+    found = logged_losses(log)
     print(
         f"  {ngpu} rank(s) {' '.join(args)}: {len(found)} steps in {time.monotonic() - start:.0f}s",
         flush=True,
@@ -44,9 +38,7 @@ def run(ngpu: int, config: str, dump: str, *args: str) -> dict[int, float]:
 
 
 def digests(dump: str, skip: int = 0) -> dict[int, str]:
-    with open(os.path.join(dump, "batch_digests.jsonl")) as f:
-        lines = [json.loads(line) for line in f][skip:]
-    return {d["step"]: d["digest"] for d in lines}
+    return by_step(digest_lines(dump)[skip:])
 
 
 def experiment(name: str, config: str, tmp: str, steps: int, k: int) -> dict:
@@ -71,17 +63,10 @@ def main() -> None:
     args = parser.parse_args()
     steps, k = args.steps, args.resume_at
     with tempfile.TemporaryDirectory() as tmp:
-        default = os.path.join(tmp, "torchtitan.toml")
-        with open(CONFIG) as f:
-            text = f.read()
-        with open(default, "w") as f:
-            data = 'recipe = "zephon_recipes/debug.toml"'
-            f.write(
-                text.replace(data, data + '\nloader = "torchtitan"\ndataset_path = "assets/debug_corpus"')
-            )
+        default = default_loader_config(os.path.join(tmp, "torchtitan.toml"))
         results = {
             "torchtitan": experiment("torchtitan", default, tmp, steps, k),
-            "zephon": experiment("zephon", CONFIG, tmp, steps, k),
+            "zephon": experiment("zephon", os.path.join(ROOT, CONFIG), tmp, steps, k),
         }
     lines = _table(results, steps, k)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

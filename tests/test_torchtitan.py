@@ -2,40 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import subprocess
 
 import pytest
 
 from zephon.testing import logged_losses
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = "train_configs/llama3_debug.toml"
-
-
-def run_train(ngpu: int, dump: str, *args: str, config: str = CONFIG, timeout: int = 600) -> tuple[int, str]:
-    env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config)
-    cmd = ["./run_train.sh", "--dump_folder", dump, "--metrics.disable_color_printing", *args]
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    return result.returncode, result.stdout + result.stderr
-
+from zephon.testing.jobs import ROOT, by_step, default_loader_config, digest_lines, run_train
 
 losses = logged_losses
-
-
-def digest_lines(dump: str) -> list[dict]:
-    path = os.path.join(dump, "batch_digests.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f]
-
-
-def by_step(lines: list[dict]) -> dict[int, str]:
-    return {line["step"]: line["digest"] for line in lines}
 
 
 @pytest.fixture(scope="module")
@@ -160,13 +136,7 @@ def test_a_recipe_context_length_other_than_seq_len_fails_at_launch(tmp_path):
 
 
 def test_torchtitan_default_loader_cannot_resume_on_other_rank_counts(tmp_path):
-    config = tmp_path / "default_loader.toml"
-    with open(os.path.join(ROOT, CONFIG)) as f:
-        text = f.read()
-    config.write_text(
-        text.replace('recipe = "zephon_recipes/debug.toml"', 'recipe = "zephon_recipes/debug.toml"\n'
-                     'loader = "torchtitan"\ndataset_path = "assets/debug_corpus"')
-    )  # fmt: skip
+    config = default_loader_config(str(tmp_path / "default_loader.toml"))
     dump = str(tmp_path / "run")
     rc, log = run_train(2, dump, "--training.steps", "4", "--checkpoint.interval", "2", config=str(config))
     assert rc == 0, log[-4000:]

@@ -1,0 +1,49 @@
+"""TorchTitan jobs as a user runs them (``run_train.sh`` under torchrun), for tests and figures.
+
+Runs in a source checkout: ``ROOT`` is the repository, with ``run_train.sh`` and the job configs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = "train_configs/llama3_debug.toml"
+
+
+def run_train(
+    ngpu: int, dump: str, *args: str, config: str = CONFIG, timeout: int | None = 600
+) -> tuple[int, str]:
+    """``NGPU=ngpu CONFIG_FILE=config ./run_train.sh --dump_folder dump *args``: (exit code, output)."""
+    env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config)
+    cmd = ["./run_train.sh", "--dump_folder", dump, "--metrics.disable_color_printing", *args]
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return result.returncode, result.stdout + result.stderr
+
+
+def digest_lines(dump: str) -> list[dict]:
+    """The job's ``batch_digests.jsonl``: ``{"step", "digest", "dp"}`` per step, every run appended."""
+    path = os.path.join(dump, "batch_digests.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def by_step(lines: list[dict]) -> dict[int, str]:
+    return {line["step"]: line["digest"] for line in lines}
+
+
+def default_loader_config(path: str, config: str = CONFIG) -> str:
+    """A copy of ``config`` that trains on the same data with TorchTitan's own text loader."""
+    with open(os.path.join(ROOT, config)) as f:
+        text = f.read()
+    recipe = 'recipe = "zephon_recipes/debug.toml"'
+    if recipe not in text:
+        raise ValueError(f"{config} does not use the debug recipe")
+    default = recipe + '\nloader = "torchtitan"\ndataset_path = "assets/debug_corpus"'
+    with open(path, "w") as f:
+        f.write(text.replace(recipe, default))
+    return path
