@@ -146,3 +146,40 @@ def test_an_impossible_lane_state_is_refused(make_rank, field, value, message):
         pipeline = make_rank(1, 0)
         pipeline.load_state_dict(state)
         drain(pipeline, 40)  # lane 0 comes after the others have caught up to index 4
+
+
+def test_a_performance_setting_changed_after_load_state_dict_keeps_the_state(make_rank):
+    reference = drain(make_rank(1, 0), 30)
+    first = make_rank(1, 0)
+    take(first, 11)
+    state = first.state_dict()
+    first.close()
+    restored = make_rank(1, 0)
+    restored.load_state_dict(state)
+    restored = restored.options(prefetch=8, runner="inline")  # was: silently back to batch 0
+    assert [b.digest() for b in drain(restored, 19)] == [b.digest() for b in reference[11:]]
+
+
+def test_a_recipe_change_on_a_pipeline_that_holds_state_is_refused(make_rank, corpus, gpt2):
+    from zephon import Dataset, Pipeline
+
+    pipeline = make_rank(1, 0)
+    take(pipeline, 3)
+    with pytest.raises(ValueError, match=r"holds state.*options \['num_lanes'\].*build the pipeline in full"):
+        pipeline.options(num_lanes=4)
+    pipeline.close()
+    unbatched = Pipeline(Dataset.from_path("d", corpus)).tokenize(gpt2).pack_flat(8)
+    unbatched.load_state_dict(unbatched.state_dict())
+    with pytest.raises(ValueError, match=r"holds state.*the operators"):
+        unbatched.batch(2)
+
+
+def test_start_makes_a_separate_run_of_the_same_recipe(make_rank):
+    pipeline = make_rank(1, 0)
+    take(pipeline, 5)
+    other = pipeline.start()
+    assert [b.index for b in take(other, 8)] == [0] * 8, "a new run starts at the start"
+    resumed = pipeline.start(pipeline.state_dict())
+    assert next(iter(resumed)).lane == 5, "lanes 0-4 delivered their batch 0; lane 5 is next"
+    for run in (pipeline, other, resumed):
+        run.close()

@@ -8,9 +8,12 @@ import os
 
 import pytest
 
-import zephon.torchtitan  # noqa: F401 - before torchtitan: CPU support
-from zephon.torchtitan import ZephonDataLoader, load_recipe
-from zephon.torchtitan.job import ZephonConfigManager, read_job
+from zephon.torchtitan import cpu
+
+cpu.install()  # this process builds TorchTitan configs on CPU, as the CPU training path does
+
+from zephon.torchtitan import ZephonDataLoader, load_recipe  # noqa: E402
+from zephon.torchtitan.job import ZephonConfigManager, read_job  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBUG = os.path.join(ROOT, "zephon_recipes", "debug.toml")
@@ -32,8 +35,10 @@ def test_every_shipped_job_config_is_valid(path):
     ("text", "message"),
     [
         ("[recipes]\nseed = 1\n", r"unknown section\(s\) \['recipes'\]; valid: \['recipe', 'tokenizer'"),
-        ("[recipe]\nlanes = 8\n", r"unknown key 'lanes' in \[recipe\]; valid keys: \['chunk_bytes'"),
-        ("[recipe]\nnum_lanes = '8'\n", r"num_lanes = '8' should be a int"),
+        ("[recipe]\nlanes = 8\n", r"\[recipe\]: unknown key 'lanes'; valid keys: \['chunk_bytes'"),
+        ("[recipe]\nnum_lanes = '8'\n", r"\[recipe\]: num_lanes = '8' should be an int"),
+        ("[recipe]\nflush_every = 4\n", r"flush_every is no longer a setting: .*window_rows"),
+        ("[packing]\nalgorithm = 1\n", r"\[packing\]: algorithm = 1 should be a string"),
         ("[tokenizer]\nid = 'x'\n", r"add at least one \[\[datasets\]\] table"),
         ("[tokenizer]\nid = 'x'\n[[datasets]]\nname = 'a'\n", r"\[\[datasets\]\] #1 needs 'path'"),
         (
@@ -73,9 +78,11 @@ def test_job_config_sections_apply_and_the_command_line_wins(tmp_path):
     ("extra", "message"),
     [
         ("[trainig]\nsteps = 1\n", r"unknown section \[trainig\]; valid sections: \[.*'training'"),
-        ("[training]\nstpes = 1\n", r"unknown key 'stpes' in \[training\]; valid keys: \[.*'steps'"),
-        ("[training]\nmax_norm = 'big'\n", r"\[training\] max_norm = 'big' should be like 1.0"),
-        ("[job]\ndumpfolder = 'x'\n", r"unknown key 'dumpfolder' in \[job\]"),
+        ("[training]\nstpes = 1\n", r"\[training\]: unknown key 'stpes'; valid keys: \[.*'steps'"),
+        ("[training]\nmax_norm = 'big'\n", r"\[training\]: max_norm = 'big' should be a number"),
+        ("[training]\ngc_freq = 2.5\n", r"\[training\]: gc_freq = 2.5 should be an int"),
+        ("[training]\ndtype = 'fp8'\n", r"\[training\]: dtype = 'fp8' should be 'bfloat16' or 'float32'"),
+        ("[job]\ndumpfolder = 'x'\n", r"\[job\]: unknown key 'dumpfolder'"),
     ],
 )
 def test_bad_job_configs_list_what_is_valid(tmp_path, extra, message):
@@ -148,3 +155,70 @@ def test_recipe_dataset_paths_and_globs_are_relative_to_the_recipe(tmp_path):
     assert recipe.resolve("../data/*.jsonl") == str(tmp_path / "data" / "*.jsonl")
     assert recipe.resolve("s3://bucket/x.parquet") == "s3://bucket/x.parquet"
     assert recipe.tokenizer_id == "org/tok", "an id that is no file next to the recipe is a hub id"
+
+
+def test_importing_the_adapter_changes_nothing_in_torch_or_torchtitan():
+    import subprocess
+    import sys
+
+    probe = (
+        "import torch.distributed as dist, torchtitan.tools.utils as u, torchtitan.distributed.fsdp as f; "
+        "print(u.device_type, hasattr(dist, 'set_timeout'), f.disable_fsdp_gradient_division.__module__)"
+    )
+    plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    adapter = "import zephon.torchtitan; from zephon.torchtitan import ZephonDataLoader, load_recipe; "
+    after = subprocess.run(
+        [sys.executable, "-c", adapter + probe], capture_output=True, text=True, check=True
+    )
+    assert after.stdout == plain.stdout and plain.stdout.strip()
+    installed = "from zephon.torchtitan import cpu; cpu.install(); " + probe
+    cpu_path = subprocess.run([sys.executable, "-c", installed], capture_output=True, text=True, check=True)
+    assert cpu_path.stdout.split() == ["cpu", "True", "zephon.torchtitan.cpu"], "the CPU path does install"
+
+
+@pytest.mark.parametrize(
+    ("world", "args", "message"),
+    [
+        (3, [], r"the data-parallel size is 3 but the recipe has num_lanes = 8"),
+        (
+            2,
+            ["--training.global_batch_size", "12"],
+            r"global_batch_size = 12 does not split evenly across num_lanes 8 x "
+            r"training.local_batch_size 2 = 16",
+        ),
+        (2, ["--dataloader.num_lanes", "3"], r"the data-parallel size is 2 but the recipe has num_lanes = 3"),
+        (1, ["--training.global_batch_size", "-1"], r"set training.global_batch_size"),
+        (4, ["--parallelism.tensor_parallel_degree", "4", "--dataloader.num_lanes", "3"], None),
+    ],
+    ids=["dp-does-not-divide-lanes", "global-batch", "lanes-override", "no-global-batch", "tp-leaves-dp-1"],
+)
+def test_launch_checks_name_the_numbers_to_change(tmp_path, monkeypatch, world, args, message):
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    parse = ZephonConfigManager().parse_args
+    if message is None:  # 4 ranks of one TP group form DP 1, which any num_lanes allows
+        parse(["--job.config_file", _job(tmp_path, ""), *args, "--training.global_batch_size", "6"])
+        return
+    with pytest.raises(ValueError, match=message):
+        parse(["--job.config_file", _job(tmp_path, ""), *args])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("gpt2", r"has 50257 tokens but the model's vocabulary has 2048"),
+        ("max_length", r"\[packing\] max_length = 256 but training.seq_len = 128"),
+    ],
+)
+def test_a_recipe_that_does_not_fit_the_model_fails_at_launch(tmp_path, gpt2, change, message):
+    from zephon.testing.jobs import recipe_copy
+
+    if change == "gpt2":
+        recipe = recipe_copy(
+            str(tmp_path), **{f'id = "{ROOT}/assets/tokenizers/kjv-bpe-2048"': f'id = "{gpt2}"'}
+        )
+    else:
+        recipe = recipe_copy(str(tmp_path), **{'algorithm = "wrap"': 'algorithm = "wrap"\nmax_length = 256'})
+    with pytest.raises(ValueError, match=message):
+        ZephonConfigManager().parse_args(
+            ["--job.config_file", _job(tmp_path, ""), "--dataloader.recipe", recipe]
+        )

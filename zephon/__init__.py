@@ -4,10 +4,13 @@ Every optimizer step's global batch is bit-identical whatever the data-parallel 
 worker count, across checkpoint/resume cycles onto other rank counts. See DESIGN.md.
 """
 
+__version__ = "0.1.0"  # the package's version (pyproject.toml reads it from here)
+
 from zephon.batch import Batch, batches_per_lane, global_step_digest
 from zephon.io import Dataset
 from zephon.options import Options
 from zephon.pipeline import Pipeline
+from zephon.run import Run
 from zephon.state import merge_states
 from zephon.work import DatasetWorkSource, StaticMixtureWorkSource, TokenEstimation
 
@@ -17,8 +20,10 @@ __all__ = [
     "DatasetWorkSource",
     "Options",
     "Pipeline",
+    "Run",
     "StaticMixtureWorkSource",
     "TokenEstimation",
+    "__version__",
     "batches_per_lane",
     "global_step_digest",
     "merge_states",

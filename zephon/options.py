@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from zephon.fields import check_table
 from zephon.io.remote import IOConfig
 from zephon.runners import RUNNERS
 
 # Options that shape the data: part of the recipe fingerprint. The rest are performance knobs
 # and may change freely between save and restore.
 SHAPING = ("num_lanes", "chunk_size", "chunk_bytes", "window_rows")
+# Options that change only speed: they may differ between save and restore, and change on a
+# pipeline that holds a run's state. (dp_rank and dp_world_size may differ between save and
+# restore too, but decide which lanes a pipeline's state holds.)
+PERFORMANCE = ("runner", "prefetch", "read_parallelism", "io_options")
 RENAMED = {
     "flush_every": "flush_every (chunks per window) is gone: windows now end on whole microbatches; "
     "set window_rows (rows per window, a multiple of microbatch_size) or leave it unset",
@@ -39,15 +44,13 @@ class Options:
     io_options: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        check_table({f.name: getattr(self, f.name) for f in fields(self)}, Options, "options")
         for f in fields(self):
             value = getattr(self, f.name)
-            if "int" not in f.type or (value is None and "None" in f.type):
-                continue
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ValueError(f"option {f.name} must be an int, got {value!r}")
-            least = 0 if f.name in ("dp_rank", "read_parallelism") else 1
-            if value < least:
-                raise ValueError(f"option {f.name} must be >= {least}, got {value}")
+            if f.type.startswith("int") and value is not None:
+                least = 0 if f.name in ("dp_rank", "read_parallelism") else 1
+                if value < least:
+                    raise ValueError(f"option {f.name} must be >= {least}, got {value}")
         if self.runner not in RUNNERS:
             raise ValueError(f"option runner={self.runner!r}: expected one of {sorted(RUNNERS)}")
         if self.num_lanes % self.dp_world_size:

@@ -1,8 +1,11 @@
-"""The fluent pipeline builder, its runs, and its checkpoint state.
+"""The fluent pipeline builder: an immutable recipe.
 
-A :class:`Pipeline` is an immutable recipe: a work source, options and operators. Iterating it
-starts a run from the pipeline's current state (the start, or what ``load_state_dict`` gave it,
-or where the last run stopped), yielding this rank's batches round-robin over its lanes.
+A :class:`Pipeline` is a value: a work source, options and operators; every builder call returns
+a new one. What a run holds (its plan, its lanes' states, background work) lives in a
+:class:`zephon.run.Run`. For convenience a pipeline keeps one run of its own, so that
+``for batch in pipeline``, ``pipeline.state_dict()`` and ``pipeline.load_state_dict()`` work on it
+directly; a builder call on a pipeline whose run holds state carries the state over when only
+performance settings change, and refuses otherwise, so that no state is silently lost.
 """
 
 from __future__ import annotations
@@ -11,13 +14,13 @@ import dataclasses
 from collections.abc import Callable, Iterator
 
 from zephon.batch import Batch
+from zephon.fields import check_table
 from zephon.io import Dataset
-from zephon.lanes import ChunkWork, LaneOps, lane_batches
+from zephon.lanes import ChunkWork, LaneOps
 from zephon.ops import BatchRows, Filter, Map, Operator, PackFlat, Read, Shuffle, Tokenize
-from zephon.ops.containers import sum_counters
-from zephon.options import RENAMED, Options
-from zephon.runners import Prefetcher, get_runner, thread_map
-from zephon.state import VERSION, LaneState, check_version, diff
+from zephon.options import PERFORMANCE, RENAMED, Options
+from zephon.run import Run
+from zephon.runners import thread_map
 from zephon.work import DatasetWorkSource, LanePlan, PlanContext, StaticMixtureWorkSource
 
 PLAN_VERSION = 2  # bump when the planning, mixing or packing algorithms change what a recipe yields
@@ -35,27 +38,43 @@ class Pipeline:
         self.source = source
         self._options = Options()
         self._ops: tuple[Operator, ...] = ()
-        self._plan: LanePlan | None = None
-        self._lanes: dict[int, LaneState] | None = None
-        self._run: _Run | None = None
+        self._run: Run | None = None
 
     # -- building ---------------------------------------------------------------------------
 
     def _with(self, **changes) -> Pipeline:
         new = Pipeline.__new__(Pipeline)
         new.__dict__.update(self.__dict__)
-        new._plan, new._lanes, new._run = None, None, None
         new.__dict__.update(changes)
+        new._run = None
+        if self._run is not None and self._run.holds_state:
+            self._carry_to(new, changes)
         return new
+
+    def _carry_to(self, new: Pipeline, changes: dict) -> None:
+        """Hand this pipeline's run state to ``new`` if only performance settings differ."""
+        changed = sorted(
+            f.name
+            for f in dataclasses.fields(Options)
+            if getattr(self._options, f.name) != getattr(new._options, f.name)
+        )
+        shaping = [name for name in changed if name not in PERFORMANCE]
+        if "_ops" in changes or shaping:
+            what = f"options {shaping}" if shaping else "the operators"
+            raise ValueError(
+                f"this pipeline's run holds state (a loaded checkpoint, or batches delivered), and "
+                f"changing {what} would start another recipe from it: build the pipeline in full "
+                "first, then load_state_dict (or use pipeline.start() for a separate run); "
+                f"{sorted(PERFORMANCE)} may change on a pipeline that holds state"
+            )
+        new._run = Run(new, lanes=self._run.lane_states())
+        self._run.close()
 
     def options(self, **options) -> Pipeline:
         for name in options:
             if name in RENAMED:
                 raise ValueError(f"option {RENAMED[name]}")
-        unknown = sorted(set(options) - {f.name for f in dataclasses.fields(Options)})
-        if unknown:
-            valid = sorted(f.name for f in dataclasses.fields(Options))
-            raise ValueError(f"unknown option(s) {unknown}; valid options: {valid}")
+        check_table(options, Options, "options")
         return self._with(_options=dataclasses.replace(self._options, **options))
 
     def _then(self, op: Operator) -> Pipeline:
@@ -120,7 +139,10 @@ class Pipeline:
         return self._options.owned_lanes()
 
     def fingerprint(self) -> dict:
-        """Everything that shapes the data, readable, so that a mismatch can be named."""
+        """Everything that shapes the data, readable, so that a mismatch can be named.
+
+        Settings that only change speed (``zephon.options.PERFORMANCE``, parallelism) are left
+        out: they may change between save and restore."""
         return {
             "plan_version": PLAN_VERSION,
             "source": self.source.fingerprint(self._options.io),
@@ -128,24 +150,42 @@ class Pipeline:
             "operators": [{"kind": op.kind, **op.params()} for op in self._ops],
         }
 
-    # -- running ----------------------------------------------------------------------------
+    # -- running: the pipeline's own run -------------------------------------------------------
+
+    def start(self, state: dict | None = None) -> Run:
+        """A new run of this recipe, separate from the pipeline's own, from ``state`` if given."""
+        run = Run(self)
+        if state is not None:
+            run.load_state_dict(state)
+        return run
+
+    def _own_run(self) -> Run:
+        if self._run is None:
+            self._run = Run(self)
+        return self._run
 
     def __iter__(self) -> Iterator[Batch]:
-        if self._output() != "batch":
-            raise ValueError("end the pipeline with .batch(microbatch_size=...) to iterate it")
-        self.close()
-        self._run = _Run(self)
-        return iter(self._run)
+        """This rank's batches, from where the pipeline's run stands (see ``Run.__iter__``)."""
+        return iter(self._own_run())
+
+    def state_dict(self) -> dict:
+        """The state of the pipeline's run: what has been delivered (see ``zephon.state``)."""
+        return self._own_run().state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the pipeline's run from ``state`` (see ``Run.load_state_dict``)."""
+        self._own_run().load_state_dict(state)
+
+    def stats(self) -> dict:
+        """What the pipeline's run has delivered (see ``Run.stats``)."""
+        return self._own_run().stats()
 
     def close(self) -> None:
-        """Stops the current run's background work; the state stays where delivery stopped."""
+        """Stops the background work of the pipeline's run; its state stays where delivery stopped."""
         if self._run is not None:
             self._run.close()
-            self._run = None
 
-    def __del__(self):
-        if getattr(self, "_run", None) is not None:
-            self.close()
+    # -- what a run needs of the recipe --------------------------------------------------------
 
     def window_rows(self) -> int:
         """Rows per window: ``window_rows`` if given, else the shuffle buffer rounded up to whole
@@ -167,136 +207,23 @@ class Pipeline:
             rows = max(rows, BEST_FIT_WINDOW_ROWS)
         return -(-max(rows, size) // size) * size
 
-    def _lane_ops(self) -> LaneOps:
+    def lane_ops(self) -> LaneOps:
         by_type = {type(op): op for op in self._ops}
         return LaneOps(by_type[PackFlat], by_type.get(Shuffle), by_type[BatchRows], self.window_rows())
 
-    def _chunk_work(self) -> tuple[ChunkWork, int]:
+    def chunk_work(self) -> tuple[ChunkWork, int]:
         """The stateless operators fused into one function per chunk, and its parallelism."""
         read = Read(self.source.datasets, self._options.io, self._options.read_parallelism)
         ops = [read, *(op for op in self._ops if op.stateless)]
         return ChunkWork(ops, self.source.names), max(op.parallelism for op in ops)
 
-    def _ensure_plan(self) -> LanePlan:
-        if self._plan is None:
-            ctx = PlanContext(
-                num_lanes=self._options.num_lanes,
-                chunk_size=self._options.chunk_size,
-                chunk_bytes=self._options.chunk_bytes,
-                io=self._options.io,
-                map_fn=thread_map,
-            )
-            self._plan = self.source.plan(ctx)
-        return self._plan
-
-    def _lane_states(self) -> dict[int, LaneState]:
-        if self._lanes is None:
-            n = len(self.source.datasets)
-            self._lanes = {lane: LaneState.start(n) for lane in self.owned_lanes}
-        return self._lanes
-
-    # -- state ------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict:
-        """This rank's lanes: what has been delivered, as JSON-safe data (see zephon.state)."""
-        return {
-            "version": VERSION,
-            "fingerprint": self.fingerprint(),
-            "lanes": {str(k): v.to_json() for k, v in sorted(self._lane_states().items())},
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from ``state``: any state holding at least this rank's lanes, saved under
-        the same recipe (runner, parallelism and dp_world_size may differ)."""
-        check_version(state)
-        changes = diff(state.get("fingerprint"), self.fingerprint())
-        if changes:
-            raise ValueError(
-                "the checkpoint was made with a different recipe; changed: " + "; ".join(changes)
-            )
-        missing = [lane for lane in self.owned_lanes if str(lane) not in state["lanes"]]
-        if missing:
-            raise ValueError(
-                f"the state lacks lanes {missing} that rank {self._options.dp_rank} of "
-                f"{self._options.dp_world_size} owns; merge all ranks' states with "
-                "zephon.merge_states before loading"
-            )
-        n = len(self.source.datasets)
-        lanes = {lane: LaneState.from_json(state["lanes"][str(lane)], n) for lane in self.owned_lanes}
-        self.close()
-        self._lanes = lanes
-
-    def stats(self) -> dict:
-        """What this rank has delivered: tokens and documents begun per dataset, and counters
-        (empty documents, filtered records), across restores."""
-        lanes = self._lane_states().values()
-        names = self.source.names
-        tokens = [sum(s.tokens[i] for s in lanes) for i in range(len(names))]
-        documents = [sum(s.documents[i] for s in lanes) for i in range(len(names))]
-        return {
-            "tokens": dict(zip(names, tokens, strict=True)),
-            "documents": dict(zip(names, documents, strict=True)),
-            "counters": sum_counters(s.counters for s in lanes),
-            "batches": sum(s.index for s in lanes),
-        }
-
-
-class _Run:
-    """One run of a pipeline on this rank: the workers, lane streams, round-robin delivery."""
-
-    def __init__(self, pipeline: Pipeline):
-        opts = pipeline.opts
-        self.pipeline, self.runner = pipeline, get_runner(opts.runner)
-        lane_ops = pipeline._lane_ops()
-        self.plan = pipeline._ensure_plan()
-        work, parallelism = pipeline._chunk_work()
-        self.executor = self.runner.executor(work, parallelism)
-        depth = max(1, -(-2 * parallelism // len(pipeline.owned_lanes)))
-        self.states = pipeline._lane_states()
-        self.closed = False
-        self.streams: dict[int, Iterator] = {}
-        for lane in pipeline.owned_lanes:
-            start = dataclasses.replace(self.states[lane])
-
-            def make(lane=lane, start=start):
-                return lane_batches(self.plan, lane_ops, lane, start, self.executor, depth)
-
-            if self.runner.background:
-                self.streams[lane] = Prefetcher(make, opts.prefetch, name=f"zephon-lane-{lane}")
-            else:
-                self.streams[lane] = make()
-
-    def __iter__(self) -> Iterator[Batch]:
-        # Round-robin over the lanes, in the form that survives a restore mid-round: next is
-        # the lane with the lowest (next index, lane number).
-        active = set(self.streams)
-        while active and not self.closed:  # a closed run delivers nothing more: a new run owns the state
-            lane = min(active, key=lambda lane: (self.states[lane].index, lane))
-            try:
-                batch, window, delivered, mix = next(self.streams[lane])
-            except StopIteration:
-                active.remove(lane)
-                continue
-            self._delivered(batch, window, delivered, mix)
-            yield batch
-        if not self.closed and not any(state.index for state in self.states.values()):
-            names = [d.name for d in self.pipeline.source.datasets]
-            raise ValueError(
-                f"the pipeline ended without a batch: datasets {names} hold no usable records "
-                "(blank lines? a filter that drops everything?)"
-            )
-
-    def _delivered(self, batch: Batch, window: int, delivered: int, mix) -> None:
-        state = self.states[batch.lane]
-        state.window, state.delivered, state.index, state.mix = window, delivered, batch.index + 1, mix
-        n = len(state.tokens)
-        state.tokens = [t + int(c) for t, c in zip(state.tokens, batch.tokens_per_dataset(n), strict=True)]
-        docs = batch.documents_per_dataset(n)
-        state.documents = [t + int(c) for t, c in zip(state.documents, docs, strict=True)]
-        state.counters = sum_counters([state.counters, batch.counters])
-
-    def close(self) -> None:
-        self.closed = True
-        for stream in self.streams.values():
-            getattr(stream, "close", lambda: None)()
-        self.executor.shutdown()
+    def plan(self) -> LanePlan:
+        """Which chunk of each dataset every lane reads: from metadata, once per run."""
+        ctx = PlanContext(
+            num_lanes=self._options.num_lanes,
+            chunk_size=self._options.chunk_size,
+            chunk_bytes=self._options.chunk_bytes,
+            io=self._options.io,
+            map_fn=thread_map,
+        )
+        return self.source.plan(ctx)

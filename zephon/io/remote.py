@@ -14,7 +14,6 @@ file) fails at once. Either way the error names the URL.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gzip
 import logging
 import os
@@ -28,6 +27,7 @@ import fsspec
 from fsspec.utils import get_protocol
 
 from zephon.errors import with_context
+from zephon.fields import check_table
 from zephon.io.cache import BlockCache
 from zephon.io.chunks import Shard
 
@@ -71,37 +71,16 @@ class IOConfig:
     @staticmethod
     def parse(options: dict | None) -> IOConfig:
         options = dict(options or {})
-        parts = {"cache": CacheConfig, "retries": RetryPolicy}
-        unknown = sorted(set(options) - set(parts))
-        if unknown:
-            raise ValueError(f"unknown io_options {unknown}; valid: {sorted(parts)}")
+        check_table(options, IOConfig, "io_options")
         built = {}
-        for name, cls in parts.items():
+        for name, cls in (("cache", CacheConfig), ("retries", RetryPolicy)):
             given = options.get(name) or {}
-            fields = {f.name: f.type for f in dataclasses.fields(cls)}
-            if not isinstance(given, dict):
-                raise ValueError(
-                    f"io_options[{name!r}] must be a dict with keys {sorted(fields)}, got {given!r}"
-                )
-            unknown = sorted(set(given) - set(fields))
-            if unknown:
-                raise ValueError(f"io_options[{name!r}]: unknown keys {unknown}; valid: {sorted(fields)}")
-            for key, value in given.items():
-                if not _is(value, fields[key]):
-                    raise ValueError(f"io_options[{name!r}][{key!r}] = {value!r} should be a {fields[key]}")
+            check_table(given, cls, f"io_options[{name!r}]")
+            negative = [k for k, v in given.items() if not isinstance(v, bool | str) and v < 0]
+            if negative:
+                raise ValueError(f"io_options[{name!r}]: {negative} must not be negative")
             built[name] = cls(**given)
         return IOConfig(**built)
-
-
-def _is(value, type_name: str) -> bool:
-    """Whether an io option has its field's type (names, as `from __future__` leaves them)."""
-    if type_name == "bool":
-        return isinstance(value, bool)
-    if type_name == "str":
-        return isinstance(value, str)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        return False
-    return type_name == "float" or isinstance(value, int)
 
 
 _CACHES: dict[tuple, BlockCache] = {}

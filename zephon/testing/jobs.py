@@ -47,3 +47,17 @@ def default_loader_config(path: str, config: str = CONFIG) -> str:
     with open(path, "w") as f:
         f.write(text.replace(recipe, default))
     return path
+
+
+def recipe_copy(folder: str, **changes: str) -> str:
+    """The debug recipe in ``folder``, with absolute asset paths and lines ``old`` -> ``new``."""
+    with open(os.path.join(ROOT, "zephon_recipes", "debug.toml")) as f:
+        text = f.read().replace('"../assets', f'"{ROOT}/assets')
+    for old, new in changes.items():
+        if old not in text:
+            raise ValueError(f"the debug recipe has no line {old!r}")
+        text = text.replace(old, new)
+    path = os.path.join(folder, "recipe.toml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path

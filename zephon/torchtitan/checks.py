@@ -44,3 +44,12 @@ def check_vocab(tokenizer_vocab: int, model_vocab: int, tokenizer_id: str) -> No
             f"vocabulary has {model_vocab}: use a tokenizer that fits, or a model with a vocabulary "
             f"of at least {tokenizer_vocab}"
         )
+
+
+def check_context_length(recipe, seq_len: int) -> None:
+    """A recipe that names its context length must name TorchTitan's ``training.seq_len``."""
+    if recipe.max_length is not None and recipe.max_length != seq_len:
+        raise ValueError(
+            f"data recipe {recipe.path}: [packing] max_length = {recipe.max_length} but "
+            f"training.seq_len = {seq_len}; make them equal (or drop max_length from the recipe)"
+        )

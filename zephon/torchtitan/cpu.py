@@ -1,6 +1,9 @@
-"""Running TorchTitan 0.3.0 on CPU with gloo (for tests and demos). Inert where CUDA exists.
+"""Running TorchTitan 0.3.0 on CPU with gloo (for tests and demos).
 
-What it takes, and why (each is the smallest change that works):
+Nothing here happens on import. ``python -m zephon.torchtitan.train`` calls :func:`install` on
+machines without a GPU, before TorchTitan is imported, and :func:`configure` changes a job's
+config only there; on GPUs TorchTitan runs as it is. What it takes on CPU, and why (each is the
+smallest change that works):
 
 1. Device: TorchTitan computes ``device_type = _get_available_device_type() or "cuda"`` when
    ``torchtitan.tools.utils`` is imported, which is "cuda" on a CPU-only build. While that module
@@ -13,8 +16,9 @@ What it takes, and why (each is the smallest change that works):
    on CPU; SDPA masks causally, not per document), the ``partial_dtensor`` SPMD backend (the
    default ``spmd_types`` fails in FSDP with DP > 1 on this torch), no CUDA graphs.
 
-Independent of the device: torch 2.13 lacks ``torch.distributed.set_timeout``, which TorchTitan
-calls after step 1; its private twin ``_set_pg_timeout`` (same signature) stands in.
+Independent of the device (:func:`install_torch_compat`, on GPUs too): torch 2.13 lacks
+``torch.distributed.set_timeout``, which TorchTitan 0.3.0 calls after step 1; its private twin
+``_set_pg_timeout`` (same signature) stands in, only where the public one is missing.
 """
 
 from __future__ import annotations
@@ -64,20 +68,29 @@ class _CpuDeviceModule(types.ModuleType):
         return None
 
 
-def install() -> None:
-    """Call before TorchTitan is imported (``import zephon.torchtitan`` does)."""
-    global _INSTALLED
-    if _INSTALLED:
-        return
-    _INSTALLED = True
+def install_torch_compat() -> None:
+    """``torch.distributed.set_timeout`` where this torch lacks it (TorchTitan 0.3.0 calls it)."""
     import torch.distributed as dist
 
     if not hasattr(dist, "set_timeout"):
         dist.set_timeout = dist.distributed_c10d._set_pg_timeout
-    if not on_cpu():
+
+
+def install() -> None:
+    """CPU support, on a machine without a GPU; call before TorchTitan is imported."""
+    global _INSTALLED
+    if _INSTALLED:
         return
+    if not on_cpu():
+        raise RuntimeError(
+            "zephon's CPU support is for machines without a GPU; TorchTitan runs as is on GPUs"
+        )
     if "torchtitan.tools.utils" in sys.modules:
-        raise RuntimeError("import zephon.torchtitan before torchtitan, so that it can run on CPU")
+        raise RuntimeError(
+            "install zephon's CPU support before importing torchtitan (it picks its device then)"
+        )
+    _INSTALLED = True
+    install_torch_compat()
     _select_cpu_device()
     _force_summed_fsdp_reductions()
 

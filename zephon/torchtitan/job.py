@@ -27,8 +27,9 @@ from typing import Any
 
 from torchtitan.config import ConfigManager
 
+from zephon.fields import check_table
 from zephon.torchtitan import cpu
-from zephon.torchtitan.checks import check_batch_geometry, check_vocab
+from zephon.torchtitan.checks import check_batch_geometry, check_context_length, check_vocab
 from zephon.torchtitan.dataloader import ZephonDataLoader
 from zephon.torchtitan.recipe import load_recipe, read_toml
 from zephon.torchtitan.tokenizer import ZephonTokenizer
@@ -151,29 +152,20 @@ def apply_job(config, job: dict[str, Any], path: str) -> None:
 
 def _apply(obj, table: dict, where: str, path: str, allowed: set[str] | None = None) -> None:
     names = allowed if allowed is not None else {f.name for f in dataclasses.fields(obj)}
+    unknown = sorted(set(table) - names)
+    if unknown:
+        raise ValueError(
+            f"job config {path}: [{where}]: unknown key {unknown[0]!r}; valid keys: {sorted(names)}"
+        )
+    nested = {
+        k: v for k, v in table.items() if isinstance(v, dict) and dataclasses.is_dataclass(getattr(obj, k))
+    }
+    check_table({k: v for k, v in table.items() if k not in nested}, obj, f"job config {path}: [{where}]")
     for key, value in table.items():
-        if key not in names:
-            raise ValueError(
-                f"job config {path}: unknown key {key!r} in [{where}]; valid keys: {sorted(names)}"
-            )
-        current = getattr(obj, key)
-        if isinstance(value, dict) and dataclasses.is_dataclass(current):
-            _apply(current, value, f"{where}.{key}", path)
-            continue
-        if current is not None and not _compatible(current, value):
-            raise ValueError(
-                f"job config {path}: [{where}] {key} = {value!r} should be like {current!r} "
-                f"({type(current).__name__})"
-            )
-        setattr(obj, key, value)
-
-
-def _compatible(current, value) -> bool:
-    if isinstance(current, bool) or isinstance(value, bool):
-        return isinstance(current, bool) and isinstance(value, bool)
-    if isinstance(current, int | float) and isinstance(value, int | float):
-        return isinstance(value, int) or isinstance(current, float)
-    return isinstance(value, type(current)) or (isinstance(current, list | tuple) and isinstance(value, list))
+        if key in nested:
+            _apply(getattr(obj, key), value, f"{where}.{key}", path)
+        else:
+            setattr(obj, key, value)
 
 
 def finish(config) -> None:
@@ -187,11 +179,7 @@ def finish(config) -> None:
         cpu.configure(config)
         return
     recipe = load_recipe(loader.recipe, {"recipe": {"num_lanes": loader.num_lanes}})
-    if recipe.max_length is not None and recipe.max_length != config.training.seq_len:
-        raise ValueError(
-            f"the data recipe {loader.recipe} packs rows of max_length = {recipe.max_length} but "
-            f"training.seq_len = {config.training.seq_len}; make them equal"
-        )
+    check_context_length(recipe, config.training.seq_len)
     from torchtitan.models.common.config_utils import decoder_vocab_size
 
     from zephon.io.tokenizer import load_tokenizer

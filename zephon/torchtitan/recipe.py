@@ -54,22 +54,72 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+from zephon.fields import check_table
+from zephon.torchtitan.checks import check_context_length
 
-SECTIONS: dict[str, dict[str, type | tuple]] = {
-    "recipe": {
-        "seed": int, "num_lanes": int, "chunk_size": int, "chunk_bytes": int, "window_rows": int,
-        "runner": str, "prefetch": int,
-    },
-    "tokenizer": {"id": str, "field": str, "parallelism": int, "add_bos": bool, "add_eos": bool},
-    "mixture": {"unit": str},
-    "packing": {"algorithm": str, "max_length": int},
-    "shuffle": {"buffer_size": int, "seed": int},
-    "io": {"cache": dict, "retries": dict},
-}  # fmt: skip
-DATASET_KEYS: dict[str, type | tuple] = {
-    "name": str, "path": str, "weight": (int, float), "exhausted": str, "format": str,
-    "columns": list, "storage_options": dict,
-}  # fmt: skip
+
+@dataclass(frozen=True)
+class RecipeSection:
+    seed: int = 0
+    num_lanes: int = 1
+    chunk_size: int | None = None
+    chunk_bytes: int | None = None
+    window_rows: int | None = None
+    runner: str = "thread"
+    prefetch: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenizerSection:
+    id: str = ""
+    field: str = "text"
+    parallelism: int | None = None
+    add_bos: bool | None = None
+    add_eos: bool = True
+
+
+@dataclass(frozen=True)
+class DatasetTable:
+    name: str = ""
+    path: str = ""
+    weight: float = 1.0
+    exhausted: str = "stop"
+    format: str | None = None
+    columns: list | None = None
+    storage_options: dict | None = None
+
+
+@dataclass(frozen=True)
+class MixtureSection:
+    unit: str = "tokens"
+
+
+@dataclass(frozen=True)
+class PackingSection:
+    algorithm: str = "wrap"
+    max_length: int | None = None
+
+
+@dataclass(frozen=True)
+class ShuffleSection:
+    buffer_size: int = 1024
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class IOSection:
+    cache: dict | None = None
+    retries: dict | None = None
+
+
+SECTIONS = {
+    "recipe": RecipeSection,
+    "tokenizer": TokenizerSection,
+    "mixture": MixtureSection,
+    "packing": PackingSection,
+    "shuffle": ShuffleSection,
+    "io": IOSection,
+}
 
 
 @dataclass
@@ -120,7 +170,21 @@ def read_toml(path: str, kind: str, home: str) -> dict[str, Any]:
 
 
 def load_recipe(path: str, overrides: dict[str, dict[str, Any]] | None = None) -> Recipe:
-    """Read and check a recipe; ``overrides`` ({section: {key: value}}) replace its values."""
+    """Read and check a recipe; ``overrides`` ({section: {key: value}}, None values ignored)
+    replace its values. Parsed once per process for the same file contents and overrides: the
+    job config, the launch checks and every rank's loader share one parse."""
+    given = {s: {k: v for k, v in t.items() if v is not None} for s, t in (overrides or {}).items()}
+    stat = os.stat(path) if os.path.isfile(path) else None
+    key = (os.path.abspath(path), stat and (stat.st_mtime_ns, stat.st_size), repr(sorted(given.items())))
+    if key not in _PARSED:
+        _PARSED[key] = _parse_recipe(path, {s: t for s, t in given.items() if t})
+    return _PARSED[key]
+
+
+_PARSED: dict[tuple, Recipe] = {}
+
+
+def _parse_recipe(path: str, overrides: dict[str, dict[str, Any]]) -> Recipe:
     data = read_toml(path, "data recipe", "zephon_recipes")
     datasets = data.pop("datasets", None)
     unknown = sorted(set(data) - set(SECTIONS))
@@ -128,14 +192,14 @@ def load_recipe(path: str, overrides: dict[str, dict[str, Any]] | None = None) -
         raise ValueError(
             f"data recipe {path}: unknown section(s) {unknown}; valid: {[*SECTIONS, 'datasets']}"
         )
-    for section, values in (overrides or {}).items():
-        data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+    for section, values in overrides.items():
+        data.setdefault(section, {}).update(values)
     for section, table in data.items():
         _check_table(path, f"[{section}]", table, SECTIONS[section])
     if not isinstance(datasets, list) or not datasets:
         raise ValueError(f"data recipe {path}: add at least one [[datasets]] table (name, path)")
     for i, table in enumerate(datasets):
-        _check_table(path, f"[[datasets]] #{i + 1}", table, DATASET_KEYS)
+        _check_table(path, f"[[datasets]] #{i + 1}", table, DatasetTable)
         for key in ("name", "path"):
             if key not in table:
                 raise ValueError(f"data recipe {path}: [[datasets]] #{i + 1} needs {key!r}")
@@ -150,35 +214,18 @@ RETIRED = {
 }
 
 
-def _check_table(path: str, where: str, table: Any, schema: dict[str, type | tuple]) -> None:
-    if not isinstance(table, dict):
-        raise ValueError(f"data recipe {path}: {where} must be a table")
-    for key, value in table.items():
+def _check_table(path: str, where: str, table: Any, schema: type) -> None:
+    for key in table if isinstance(table, dict) else ():
         if key in RETIRED:
             raise ValueError(f"data recipe {path}: {where} {key} is no longer a setting: {RETIRED[key]}")
-        if key not in schema:
-            raise ValueError(
-                f"data recipe {path}: unknown key {key!r} in {where}; valid keys: {sorted(schema)}"
-            )
-        expected = schema[key]
-        if isinstance(value, bool) and expected is not bool:
-            expected_ok = False
-        else:
-            expected_ok = isinstance(value, expected)
-        if not expected_ok:
-            name = expected.__name__ if isinstance(expected, type) else "number"
-            raise ValueError(f"data recipe {path}: {where} {key} = {value!r} should be a {name}")
+    check_table(table, schema, f"data recipe {path}: {where}")
 
 
 def build_pipeline(
     recipe: Recipe, *, dp_rank: int, dp_world_size: int, seq_len: int, microbatch_size: int
 ) -> Pipeline:
     """This rank's pipeline: rows of ``seq_len + 1`` tokens, batches of ``microbatch_size``."""
-    if recipe.max_length is not None and recipe.max_length != seq_len:
-        raise ValueError(
-            f"data recipe {recipe.path}: [packing] max_length = {recipe.max_length} but "
-            f"training.seq_len = {seq_len}; make them equal (or drop max_length from the recipe)"
-        )
+    check_context_length(recipe, seq_len)
     datasets = [
         Dataset.from_path(
             d["name"],

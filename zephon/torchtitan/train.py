@@ -6,10 +6,13 @@ Launch it with torchrun (see run_train.sh).
 
 from __future__ import annotations
 
-import zephon.torchtitan  # noqa: F401 - CPU support must be in place before torchtitan loads
+from zephon.torchtitan import cpu
 
 
 def main() -> None:
+    cpu.install_torch_compat()
+    if cpu.on_cpu():
+        cpu.install()  # before TorchTitan is imported: it picks its device type on import
     import torchtitan.train
 
     from zephon.torchtitan.job import ZephonConfigManager

@@ -1,0 +1,174 @@
+"""A run of a pipeline on one rank: its plan, its lanes' states, and the work that delivers them.
+
+A :class:`Run` is what changes as batches are delivered; the :class:`zephon.Pipeline` it runs is
+an immutable recipe. ``state_dict()`` is what was delivered, never what prefetch read ahead.
+
+Iterating a run yields this rank's batches round-robin over its lanes, from where delivery
+stopped: the start, a loaded checkpoint, or the last batch an earlier iteration delivered. A new
+``iter()`` stops the background work of the previous one, whose iterator then ends; both never
+deliver the same batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from zephon.batch import Batch
+from zephon.lanes import lane_batches
+from zephon.ops.containers import sum_counters
+from zephon.runners import Prefetcher, get_runner
+from zephon.state import VERSION, LaneState, check_version, diff
+from zephon.work import LanePlan
+
+if TYPE_CHECKING:
+    from zephon.pipeline import Pipeline
+
+
+class Run:
+    """One rank's run of ``pipeline``, from ``lanes`` (lane number -> state) or the start."""
+
+    def __init__(self, pipeline: Pipeline, lanes: dict[int, LaneState] | None = None):
+        self.pipeline = pipeline
+        self._lanes = lanes
+        self._loaded = lanes is not None
+        self._plan: LanePlan | None = None
+        self._delivery: _Delivery | None = None
+
+    @property
+    def holds_state(self) -> bool:
+        """Whether the run stands anywhere but at the start: a checkpoint was loaded or a batch
+        was delivered."""
+        return self._loaded or any(s.index for s in self.lane_states().values())
+
+    def lane_states(self) -> dict[int, LaneState]:
+        if self._lanes is None:
+            n = len(self.pipeline.source.datasets)
+            self._lanes = {lane: LaneState.start(n) for lane in self.pipeline.owned_lanes}
+        return self._lanes
+
+    # -- delivering -------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.pipeline._output() != "batch":
+            raise ValueError("end the pipeline with .batch(microbatch_size=...) to iterate it")
+        self.close()
+        if self._plan is None:
+            self._plan = self.pipeline.plan()
+        self._delivery = _Delivery(self.pipeline, self._plan, self.lane_states())
+        return iter(self._delivery)
+
+    def close(self) -> None:
+        """Stops the background work; the state stays where delivery stopped."""
+        if self._delivery is not None:
+            self._delivery.close()
+            self._delivery = None
+
+    def __del__(self):
+        if getattr(self, "_delivery", None) is not None:
+            self.close()
+
+    # -- state ------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """This rank's lanes: what has been delivered, as JSON-safe data (see zephon.state)."""
+        return {
+            "version": VERSION,
+            "fingerprint": self.pipeline.fingerprint(),
+            "lanes": {str(k): v.to_json() for k, v in sorted(self.lane_states().items())},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state``: any state holding at least this rank's lanes, saved under
+        the same recipe (runner, parallelism and dp_world_size may differ)."""
+        check_version(state)
+        pipeline = self.pipeline
+        changes = diff(state.get("fingerprint"), pipeline.fingerprint())
+        if changes:
+            changed = "; ".join(changes)
+            raise ValueError(f"the checkpoint was made with a different recipe; changed: {changed}")
+        missing = [lane for lane in pipeline.owned_lanes if str(lane) not in state["lanes"]]
+        if missing:
+            opts = pipeline.opts
+            raise ValueError(
+                f"the state lacks lanes {missing} that rank {opts.dp_rank} of {opts.dp_world_size} "
+                "owns; merge all ranks' states with zephon.merge_states before loading"
+            )
+        n = len(pipeline.source.datasets)
+        lanes = {lane: LaneState.from_json(state["lanes"][str(lane)], n) for lane in pipeline.owned_lanes}
+        self.close()
+        self._lanes, self._loaded = lanes, True
+
+    def stats(self) -> dict:
+        """What this rank has delivered: tokens and documents begun per dataset, and counters
+        (empty documents, filtered records), across restores."""
+        lanes = self.lane_states().values()
+        names = self.pipeline.source.names
+        tokens = [sum(s.tokens[i] for s in lanes) for i in range(len(names))]
+        documents = [sum(s.documents[i] for s in lanes) for i in range(len(names))]
+        return {
+            "tokens": dict(zip(names, tokens, strict=True)),
+            "documents": dict(zip(names, documents, strict=True)),
+            "counters": sum_counters(s.counters for s in lanes),
+            "batches": sum(s.index for s in lanes),
+        }
+
+
+class _Delivery:
+    """One iteration of a run: the workers, the lane streams, round-robin delivery."""
+
+    def __init__(self, pipeline: Pipeline, plan: LanePlan, states: dict[int, LaneState]):
+        opts = pipeline.opts
+        self.names, self.runner = pipeline.source.names, get_runner(opts.runner)
+        lane_ops = pipeline.lane_ops()
+        work, parallelism = pipeline.chunk_work()
+        self.executor = self.runner.executor(work, parallelism)
+        depth = max(1, -(-2 * parallelism // len(states)))
+        self.states = states
+        self.closed = False
+        self.streams: dict[int, Iterator] = {}
+        for lane in states:
+            start = dataclasses.replace(states[lane])
+
+            def make(lane=lane, start=start):
+                return lane_batches(plan, lane_ops, lane, start, self.executor, depth)
+
+            if self.runner.background:
+                self.streams[lane] = Prefetcher(make, opts.prefetch, name=f"zephon-lane-{lane}")
+            else:
+                self.streams[lane] = make()
+
+    def __iter__(self) -> Iterator[Batch]:
+        # Round-robin over the lanes, in the form that survives a restore mid-round: next is
+        # the lane with the lowest (next index, lane number).
+        active = set(self.streams)
+        while active and not self.closed:  # a closed delivery gives nothing more: a new one owns the state
+            lane = min(active, key=lambda lane: (self.states[lane].index, lane))
+            try:
+                batch, window, delivered, mix = next(self.streams[lane])
+            except StopIteration:
+                active.remove(lane)
+                continue
+            self._delivered(batch, window, delivered, mix)
+            yield batch
+        if not self.closed and not any(state.index for state in self.states.values()):
+            raise ValueError(
+                f"the pipeline ended without a batch: datasets {self.names} hold no usable records "
+                "(blank lines? a filter that drops everything?)"
+            )
+
+    def _delivered(self, batch: Batch, window: int, delivered: int, mix) -> None:
+        state = self.states[batch.lane]
+        state.window, state.delivered, state.index, state.mix = window, delivered, batch.index + 1, mix
+        n = len(state.tokens)
+        state.tokens = [t + int(c) for t, c in zip(state.tokens, batch.tokens_per_dataset(n), strict=True)]
+        docs = batch.documents_per_dataset(n)
+        state.documents = [t + int(c) for t, c in zip(state.documents, docs, strict=True)]
+        state.counters = sum_counters([state.counters, batch.counters])
+
+    def close(self) -> None:
+        self.closed = True
+        for stream in self.streams.values():
+            getattr(stream, "close", lambda: None)()
+        self.executor.shutdown()
