@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -77,14 +78,20 @@ def test_a_damaged_entry_is_detected_and_fetched_again(tmp_path, damage):
 
 def test_the_cache_is_evicted_down_to_its_size_oldest_first(tmp_path):
     cache, remote = BlockCache(str(tmp_path), 64 * 1024, 4096), Remote()
-    for a, b in _ranges(100, 2):
-        assert cache.read("u", len(DATA), "v", a, b, remote.fetch) == DATA[a:b]
+    for block in range(40):  # 160 KiB of blocks, each read once, oldest first
+        a = block * 4096
+        assert cache.read("u", len(DATA), "v", a, a + 4096, remote.fetch) == DATA[a : a + 4096]
+        time.sleep(0.002)  # distinct modification times: the order eviction goes by
     cache.evict()
     assert cache.size() <= 64 * 1024
-    cache.read("u", len(DATA), "v", 0, 4096, remote.fetch)  # the most recent block survives
     served = remote.served
-    cache.read("u", len(DATA), "v", 0, 4096, remote.fetch)
-    assert remote.served == served
+    newest = 39 * 4096
+    assert (
+        cache.read("u", len(DATA), "v", newest, newest + 4096, remote.fetch) == DATA[newest : newest + 4096]
+    )
+    assert remote.served == served, "the most recent block survives eviction"
+    assert cache.read("u", len(DATA), "v", 0, 4096, remote.fetch) == DATA[:4096]
+    assert remote.served == served + 4096, "the oldest block was evicted"
 
 
 def test_threads_fetch_each_block_once(tmp_path):

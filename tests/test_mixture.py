@@ -154,7 +154,7 @@ def test_a_mixture_is_the_same_under_every_runner(lumpy_mixture, gpt2, runner, u
     assert got == want
 
 
-@pytest.mark.parametrize("runner", ["inline", "thread", "process"])
+@pytest.mark.parametrize("runner", ["inline", "thread", pytest.param("process", marks=pytest.mark.slow)])
 def test_a_mixture_conforms_restore_at_every_step(lumpy_mixture, gpt2, runner):
     from zephon.testing import check_conformance
 

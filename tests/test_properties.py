@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,7 @@ def _baseline(make_rank, lanes: int, window_rows: int | None, per_lane: int) -> 
     return run_job(lambda d, r: make(d, r), 1, STEPS, per_lane)[0]
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_topology_checkpoint_and_runner_gives_the_uninterrupted_global_steps(make_rank, data):

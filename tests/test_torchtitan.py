@@ -11,6 +11,7 @@ from zephon.testing import logged_losses
 from zephon.testing.jobs import by_step, default_loader_config, digest_lines, recipe_copy, run_train
 
 losses = logged_losses
+pytestmark = pytest.mark.slow  # real torchrun jobs
 
 
 @pytest.fixture(scope="module")

@@ -157,6 +157,7 @@ def test_recipe_dataset_paths_and_globs_are_relative_to_the_recipe(tmp_path):
     assert recipe.tokenizer_id == "org/tok", "an id that is no file next to the recipe is a hub id"
 
 
+@pytest.mark.slow  # three fresh interpreters import torch and torchtitan
 def test_importing_the_adapter_changes_nothing_in_torch_or_torchtitan():
     import subprocess
     import sys
