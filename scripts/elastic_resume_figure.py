@@ -21,7 +21,15 @@ import tempfile
 import time
 
 from zephon.testing import logged_losses
-from zephon.testing.jobs import CONFIG, ROOT, by_step, default_loader_config, digest_lines, run_train
+from zephon.testing.jobs import (
+    CONFIG,
+    ROOT,
+    by_step,
+    default_loader_config,
+    digest_lines,
+    draw_barcode,
+    run_train,
+)
 
 
 def run(ngpu: int, config: str, dump: str, *args: str) -> dict[int, float]:
@@ -127,17 +135,10 @@ def _plot(results: dict, steps: int, k: int, path: str) -> None:
         ax.set_title(titles[name])
         ax.set_ylabel("loss")
         ax.legend(fontsize=8)
-        bar = axes[1, col]
-        for y, n in enumerate(("1", "4")):
-            for s in range(k + 1, steps + 1):
-                same = r[n][1].get(s) == base_dig[s]
-                bar.add_patch(
-                    plt.Rectangle((s - 0.45, y - 0.4), 0.9, 0.8, color="tab:green" if same else "tab:red")
-                )
-        bar.set_yticks([0, 1], ["1 rank", "4 ranks"])
-        bar.set_ylim(-0.6, 1.6)
-        bar.set_xlim(0.5, steps + 0.5)
-        bar.set_xlabel("step (green: same global batch as the baseline, red: different)")
+        same = {n: {s: r[n][1].get(s) == base_dig[s] for s in range(k + 1, steps + 1)} for n in ("1", "4")}
+        rows = {"1 rank": same["1"], "4 ranks": same["4"]}
+        xlabel = "step (green: same global batch as the baseline, red: different)"
+        draw_barcode(axes[1, col], rows, steps, xlabel)
     fig.suptitle("Resume on another number of GPUs: same data? (llama3 debug model, CPU)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

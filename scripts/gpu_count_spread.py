@@ -23,7 +23,15 @@ import tempfile
 import time
 
 from zephon.testing import logged_losses
-from zephon.testing.jobs import CONFIG, ROOT, by_step, default_loader_config, digest_lines, run_train
+from zephon.testing.jobs import (
+    CONFIG,
+    ROOT,
+    by_step,
+    default_loader_config,
+    digest_lines,
+    draw_barcode,
+    run_train,
+)
 
 RANKS = (1, 2, 4)
 LOADERS = {"torchtitan": "TorchTitan 0.3.0's own loader", "zephon": "zephon"}
@@ -93,17 +101,21 @@ def agreeing_steps(runs: dict[int, tuple], steps: int) -> list[bool]:
 def table(results: dict, steps: int) -> list[str]:
     lines = [
         f"llama3 debug model from scratch, debug recipe, global batch 16 x 128 tokens, {steps} steps,",
-        "float32 parameters, CPU (gloo). Command: python scripts/gpu_count_spread.py",
+        "float32 parameters, CPU (gloo); every run from the same seed checkpoint.",
+        "Command: python scripts/gpu_count_spread.py",
         "",
-        f"{'loader':<30} {'final loss on 1 / 2 / 4 ranks':<32} {'spread (max-min)':>16} "
-        f"{'steps with the same global batch':>34}",
+        f"{'loader':<30} {'final loss on 1 / 2 / 4 ranks':<30} {'final spread':>12} "
+        f"{'largest spread, any step':>24} {'steps with the same global batch':>33}",
     ]
     for name, runs in results.items():
         finals = [runs[n][0][steps] for n in RANKS]
+        spreads = [
+            max(runs[n][0][s] for n in RANKS) - min(runs[n][0][s] for n in RANKS) for s in range(1, steps + 1)
+        ]
         same = sum(agreeing_steps(runs, steps))
         lines.append(
-            f"{LOADERS[name]:<30} {' / '.join(f'{x:.5f}' for x in finals):<32} "
-            f"{max(finals) - min(finals):>16.5f} {f'{same} of {steps}':>34}"
+            f"{LOADERS[name]:<30} {' / '.join(f'{x:.5f}' for x in finals):<30} "
+            f"{max(finals) - min(finals):>12.5f} {max(spreads):>24.5f} {f'{same} of {steps}':>33}"
         )
     lines += ["", "step | " + " | ".join(f"{LOADERS[n]}: loss 1 / 2 / 4 ranks" for n in results)]
     for s in range(1, steps + 1):
@@ -129,13 +141,9 @@ def plot(results: dict, steps: int, path: str) -> None:
         ax.set_title(f"{LOADERS[name]}: final-loss spread {max(finals) - min(finals):.5f}", fontsize=10)
         ax.set_ylabel("loss")
         ax.legend(fontsize=8)
-        bar = axes[1, col]
-        for s, same in enumerate(agreeing_steps(runs, steps), start=1):
-            bar.add_patch(plt.Rectangle((s - 0.45, -0.4), 0.9, 0.8, color="tab:green" if same else "tab:red"))
-        bar.set_yticks([0], ["1 = 2 = 4\nranks"])
-        bar.set_ylim(-0.6, 0.6)
-        bar.set_xlim(0.5, steps + 0.5)
-        bar.set_xlabel("step (green: the same global batch on 1, 2 and 4 ranks; red: not)")
+        same = dict(enumerate(agreeing_steps(runs, steps), start=1))
+        xlabel = "step (green: the same global batch on 1, 2 and 4 ranks; red: not)"
+        draw_barcode(axes[1, col], {"1 = 2 = 4\nranks": same}, steps, xlabel)
     fig.suptitle("The same job from scratch on 1, 2 and 4 GPUs: same data? (llama3 debug model, CPU)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

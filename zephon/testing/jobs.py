@@ -61,3 +61,18 @@ def recipe_copy(folder: str, **changes: str) -> str:
     with open(path, "w") as f:
         f.write(text)
     return path
+
+
+def draw_barcode(ax, rows: dict[str, dict[int, bool]], steps: int, xlabel: str) -> None:
+    """One row of cells per label: green where that step's global batch is the same, red not."""
+    import matplotlib.pyplot as plt
+
+    for y, same_by_step in enumerate(rows.values()):
+        for s, same in same_by_step.items():
+            ax.add_patch(
+                plt.Rectangle((s - 0.45, y - 0.4), 0.9, 0.8, color="tab:green" if same else "tab:red")
+            )
+    ax.set_yticks(list(range(len(rows))), list(rows))
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set_xlim(0.5, steps + 0.5)
+    ax.set_xlabel(xlabel)
