@@ -49,14 +49,15 @@ def main() -> int:
     first = train(2, dump, "--training.steps", "8", "--checkpoint.interval", "4")
     second = train(args.resume_ranks, dump, "--training.steps", "8", "--checkpoint.load_step", "4")
     n = args.resume_ranks
-    print(f"\nstep  global batch digest: 2 ranks          resumed on {n}            loss: 2 ranks  on {n}")
+    resumed = f"resumed on {n}"
+    print(f"\nstep  {'global batch, 2 ranks':<24}  {resumed:<24}  {'loss, 2 ranks':>13}  {resumed:>13}")
     same = True
     for step in range(5, 9):
         a, b = first[1].get(step, "-"), second[1].get(step, "-")
         same &= a == b and a != "-"
         la, lb = first[0].get(step, float("nan")), second[0].get(step, float("nan"))
         mark = "same" if a == b else "DIFFERENT"
-        print(f"{step:>4}  {a[:24]}  {b[:24]}  {la:>12.5f}  {lb:.5f}  {mark}")
+        print(f"{step:>4}  {a[:24]:<24}  {b[:24]:<24}  {la:>13.5f}  {lb:>13.5f}  {mark}")
     print(f"\n{'every resumed step trained on the same global batch' if same else 'MISMATCH'}")
     return 0 if same else 1
 
