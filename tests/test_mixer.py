@@ -193,3 +193,34 @@ def test_the_dealer_gives_each_chunk_of_an_epoch_to_exactly_one_lane():
     again = ChunkDealer("d", num_chunks=5, seed=1, num_lanes=2, repeat=True)
     assert [again.chunk_index(1, k) for k in range(3)] == [perm[1], perm[3], again.permutation(1)[0]]
     assert again.permutation(1).tolist() != perm
+
+
+@pytest.mark.parametrize("unit", ["tokens", "records"])
+@pytest.mark.parametrize("seed", range(12))
+def test_runs_take_exactly_the_pieces_the_rule_takes_one_by_one(unit, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 4))
+    means = rng.choice([3, 20, 90, 400], size=n)
+
+    def streams():
+        rng_docs = np.random.default_rng(seed + 100)
+        out = []
+        for d in range(n):
+            chunks = [list(rng_docs.integers(1, 2 * means[d], rng_docs.integers(0, 40))) for _ in range(30)]
+            out.append(_chunks(d, chunks, first_token=1 + 100_000 * d))
+        return out
+
+    shares = list(rng.dirichlet(np.ones(n)))
+    row_len = int(rng.choice([7, 64, 129]))
+
+    def stream(runs: bool) -> tuple[list[int], list[int]]:
+        mixer, tokens, filled = _mixer(streams(), shares, unit=unit), [], 0
+        while True:  # to the end of the first dataset that runs out
+            piece = mixer.take(row_len - filled % row_len, runs=runs)
+            if piece is None:
+                break
+            tokens += piece.docs.tokens[piece.start : piece.stop].tolist()
+            filled += len(piece)
+        return tokens, mixer.state.used
+
+    assert stream(runs=True) == stream(runs=False)

@@ -9,16 +9,23 @@
 - a Hugging Face repo id (``ORG/NAME[@REVISION]``, or a legacy one-word id): its
   ``tokenizer.json`` from the local Hugging Face cache first, then from the hub.
 
-Encoding releases the GIL in both backends, so threads encode in parallel.
+Encoding releases the GIL in every backend, so threads encode in parallel. A ``tokenizer.json``
+is encoded by ``fastokens`` where it is installed and verified to give the same ids
+(``zephon.io.fast_tokenizer``), else by Hugging Face ``tokenizers``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import threading
 from abc import ABC, abstractmethod
+
+import numpy as np
+
+from zephon.io import fast_tokenizer
 
 _EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
 _BOS_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "<|bos|>", "[CLS]")
@@ -39,6 +46,13 @@ class TextTokenizer(ABC):
     @abstractmethod
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text, without special tokens."""
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All texts' ids as one int32 array, and offsets (int64, ``len(texts) + 1``)."""
+        ids = self.encode_batch(texts)
+        offsets = np.zeros(len(ids) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, ids), np.int64, len(ids)), out=offsets[1:])
+        return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(offsets[-1])), offsets
 
     @abstractmethod
     def decode(self, ids: list[int]) -> str: ...
@@ -64,6 +78,7 @@ class HFTokenizer(TextTokenizer):
         self.bos_id = None if bos == self.eos_id else bos
         # the config names the special tokens that tokenize adds: part of what shapes the data
         self.fingerprint = hashlib.sha256(raw + b"\0" + config_raw).hexdigest()[:16]
+        self.fast = fast_tokenizer.load(raw, self.backend)  # same ids, not in the fingerprint
 
     @property
     def vocab_size(self) -> int:
@@ -72,6 +87,16 @@ class HFTokenizer(TextTokenizer):
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         fast = getattr(self.backend, "encode_batch_fast", None) or self.backend.encode_batch
         return [e.ids for e in fast(texts, add_special_tokens=False)]
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        flat = self.fast.encode_flat(texts) if self.fast is not None else None
+        if flat is None:
+            return super().encode_flat(texts)
+        return flat[0].view(np.int32), flat[1]
+
+    @property
+    def backend_name(self) -> str:
+        return "fastokens" if self.fast is not None and self.fast.on else "tokenizers"
 
     def decode(self, ids: list[int]) -> str:
         return self.backend.decode(ids, skip_special_tokens=False)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from zephon.io.tokenizer import TextTokenizer, load_tokenizer
@@ -59,19 +57,15 @@ class Tokenize(WorkOperator):
 
     def work(self, block: RecordBlock) -> Docs:
         tok = self.tokenizer()
-        ids = tok.encode_batch([self._text(r, block) for r in block.records])
-        keep = np.fromiter((len(x) > 0 for x in ids), bool, len(ids))
-        kept = [x for x in ids if x]
-        head = [tok.bos_id] if self.add_bos else []
-        tail = [tok.eos_id] if self.add_eos else []
-        lengths = np.fromiter((len(x) for x in kept), np.int64, len(kept)) + len(head) + len(tail)
-        flat = itertools.chain.from_iterable(itertools.chain(head, x, tail) for x in kept)
-        tokens = np.fromiter(flat, np.int32, int(lengths.sum()))
+        ids, offsets = tok.encode_flat([self._text(r, block) for r in block.records])
+        lengths = np.diff(offsets)
+        keep = lengths > 0
         counters = dict(block.counters)
-        if len(kept) < len(ids):
-            counters["empty_documents"] = counters.get("empty_documents", 0) + len(ids) - len(kept)
-        offsets = np.zeros(len(kept) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        if not keep.all():
+            counters["empty_documents"] = counters.get("empty_documents", 0) + int((~keep).sum())
+            ids, lengths = ids[np.repeat(keep, lengths)], lengths[keep]
+        tokens, offsets = _with_special(ids, lengths, tok.bos_id if self.add_bos else None,
+                                        tok.eos_id if self.add_eos else None)  # fmt: skip
         return Docs(tokens, offsets, block.numbers[keep], block.dataset, counters)
 
     def _text(self, record: dict, block: RecordBlock) -> str:
@@ -88,3 +82,21 @@ class Tokenize(WorkOperator):
                 f"in dataset #{block.dataset} (filter such records out first)"
             )
         return text
+
+
+def _with_special(ids: np.ndarray, lengths: np.ndarray, bos: int | None, eos: int | None):
+    """Documents of ``lengths`` tokens laid end to end in ``ids``, each given BOS and EOS:
+    (tokens, offsets)."""
+    extra = (bos is not None) + (eos is not None)
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths + extra, out=offsets[1:])
+    if not extra:
+        return ids.astype(np.int32, copy=False), offsets
+    tokens = np.empty(int(offsets[-1]), np.int32)
+    shift = np.arange(len(lengths), dtype=np.int64) * extra + (bos is not None)
+    tokens[np.arange(len(ids)) + np.repeat(shift, lengths)] = ids
+    if bos is not None:
+        tokens[offsets[:-1]] = bos
+    if eos is not None:
+        tokens[offsets[1:] - 1] = eos
+    return tokens, offsets

@@ -8,6 +8,7 @@ heavy state such as a tokenizer is loaded once per worker. Workers are started w
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 from concurrent.futures import Future, ProcessPoolExecutor
 
@@ -18,6 +19,9 @@ _WORK = None  # the work function of this worker process
 
 def _install(payload: bytes) -> None:
     global _WORK
+    # one thread per worker in the tokenizers' own pools: the runner's parallelism is the knob
+    for name in ("FASTOKENS_BPE_THREADS", "RAYON_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
     _WORK = pickle.loads(payload)
 
 

@@ -122,6 +122,8 @@ class Piece:
         return self.stop - self.start
 
 
+RUN = 512  # documents a run may look ahead at once
+
 # fetch(dataset, chunk number, first record) -> that chunk of the lane, tokenized from that record
 # on (waits for the workers), or None past the end of a dataset that stops
 Fetch = Callable[[int, int, int], Any]
@@ -170,24 +172,60 @@ class Mixer:
     def take(self, limit: int, runs: bool = False) -> Piece | None:
         """The next piece, at most ``limit`` tokens; None once a dataset that stops ran out.
 
-        With ``runs`` and a single dataset, a piece may hold several whole documents (and a cut
-        of the next one): the same tokens as taking them one by one, in fewer steps.
+        With ``runs``, a piece may hold several whole documents of one chunk (and a cut of the
+        next one, where ``limit`` ends): exactly the pieces that taking them one by one with
+        ``limit`` shrinking by each piece would give, in one step. (The wrap packer asks for the
+        room left in its row, so for it the two are the same.)
         """
         if self.ended:
             return None
         if len(self.shares) == 1:
-            d = 0
+            piece = self._cut(0, limit, runs)
         else:
-            d = pick(self.shares, self.used, [self._next_units(e, limit) for e in range(len(self.shares))])
-        piece = self._cut(d, limit, runs and len(self.shares) == 1)
-        self._advance(d, piece)
+            upcoming = [self._next_units(e, limit) for e in range(len(self.shares))]
+            d = pick(self.shares, self.used, upcoming)
+            piece = self._cut(d, limit, False)
+            if runs and len(piece) < limit and piece.stop == piece.docs.offsets[piece.doc + 1]:
+                piece.stop = self._run_stop(piece, limit)
+        self._advance(piece.dataset, piece)
         return piece
+
+    def _remaining(self, d: int) -> int:
+        offsets, doc = self.heads[d].offsets, self.docs[d]
+        return int(offsets[doc + 1] - offsets[doc]) - self.offsets[d]
 
     def _next_units(self, d: int, limit: int) -> int:
         if self.unit == "records":
             return 1 if self.offsets[d] == 0 else 0
-        offsets, doc = self.heads[d].offsets, self.docs[d]
-        return min(int(offsets[doc + 1] - offsets[doc]) - self.offsets[d], limit)
+        return min(self._remaining(d), limit)
+
+    def _run_stop(self, piece: Piece, limit: int) -> int:
+        """Where the rule, piece by piece, would stop taking the documents after ``piece`` from
+        its dataset: the same comparisons as :func:`pick`, on arrays."""
+        d, docs = piece.dataset, piece.docs
+        first, last = piece.doc + 1, min(len(docs), piece.doc + 1 + RUN)
+        if first >= last:
+            return piece.stop
+        starts = docs.offsets[first:last]
+        before = starts - piece.start  # tokens of the run before each later document
+        space = limit - before
+        size = np.minimum(docs.offsets[first + 1 : last + 1] - starts, space)  # a cut where the room ends
+        if self.unit == "tokens":
+            mine = (self.used[d] + before + size / 2) / self.shares[d]
+        else:  # documents: every later one begins a document
+            begun = (self.offsets[d] == 0) + np.arange(last - first)
+            mine = (self.used[d] + begun + 0.5) / self.shares[d]
+        wins = space > 0
+        for e, share in enumerate(self.shares):
+            if e == d:
+                continue
+            if self.unit == "tokens":
+                theirs = (self.used[e] + np.minimum(self._remaining(e), space) / 2) / share
+            else:
+                theirs = (self.used[e] + (self.offsets[e] == 0) / 2) / share
+            wins &= (mine < theirs) if e < d else (mine <= theirs)  # ties go to the lower index
+        k = len(wins) if wins.all() else int(np.argmin(wins))
+        return piece.stop if k == 0 else int(piece.start + before[k - 1] + size[k - 1])
 
     def _cut(self, d: int, limit: int, runs: bool) -> Piece:
         docs, doc = self.heads[d], self.docs[d]

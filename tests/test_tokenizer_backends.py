@@ -1,0 +1,85 @@
+"""The fast tokenizer backend: the reference's ids or nothing."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from zephon import Dataset, Pipeline
+from zephon.io import fast_tokenizer, tokenizer
+from zephon.io.tokenizer import load_tokenizer
+from zephon.testing import drain
+from zephon.testing.data import kjv_records, python_source_documents
+
+
+@pytest.fixture
+def fresh_tokenizers(monkeypatch, tmp_path):
+    """No tokenizer loaded yet in this process, and verdicts recorded under tmp_path."""
+    monkeypatch.setattr(tokenizer, "_LOADED", {})
+    monkeypatch.setattr(fast_tokenizer, "VERDICTS", str(tmp_path / "verdicts"))
+
+
+def test_fastokens_gives_the_reference_ids_on_real_text(fresh_tokenizers, gpt2):
+    tok = load_tokenizer(gpt2)
+    assert tok.backend_name == "fastokens"
+    texts = [r["text"] for r in kjv_records()[:3000]] + [d["text"] for d in python_source_documents(1 << 20)]
+    ids, offsets = tok.encode_flat(texts)
+    want = tok.encode_batch(texts)  # the reference, Hugging Face tokenizers
+    assert [ids[a:b].tolist() for a, b in itertools.pairwise(offsets)] == want
+
+
+def test_the_verdict_is_kept_and_not_probed_again(fresh_tokenizers, gpt2, monkeypatch):
+    load_tokenizer(gpt2)
+    monkeypatch.setattr(tokenizer, "_LOADED", {})
+
+    def no_probing(*args):
+        raise AssertionError("the recorded verdict must be used")
+
+    monkeypatch.setattr(fast_tokenizer, "first_difference", no_probing)
+    assert load_tokenizer(gpt2).fast is not None
+
+
+class _WrongFor:
+    """A stand-in fast backend that gets one text wrong."""
+
+    def __init__(self, real, text: str):
+        self.real, self.text = real, text
+
+    def encode_batch_flat(self, texts):
+        ids, offsets = self.real.encode_batch_flat(texts)
+        if self.text in texts:
+            ids = bytes(4) + ids[4:]  # token 0 instead of the first id
+        return ids, offsets
+
+
+def test_a_difference_in_the_data_sample_turns_the_fast_backend_off(fresh_tokenizers, gpt2, caplog):
+    tok = load_tokenizer(gpt2)
+    tok.fast.fast = _WrongFor(tok.fast.fast, "The odd one out")
+    texts = ["The odd one out", "and the rest"]
+    ids, offsets = tok.encode_flat(texts)
+    assert ids[: offsets[1]].tolist() == tok.encode_batch(texts)[0], "the reference's ids, not the wrong ones"
+    assert tok.backend_name == "tokenizers"
+    assert "fastokens differs from tokenizers" in caplog.text
+    key = tok.fast.key
+    assert fast_tokenizer._verdict(key) is False, "recorded: later loads use the reference"
+
+
+def test_probes_that_differ_keep_the_reference(fresh_tokenizers, gpt2, monkeypatch):
+    monkeypatch.setattr(fast_tokenizer, "first_difference", lambda *args: "$#a")
+    assert load_tokenizer(gpt2).fast is None
+
+
+def test_batches_are_the_same_with_either_backend(fresh_tokenizers, corpus, gpt2, monkeypatch):
+    def batches():
+        ds = Dataset.from_path("synthetic", corpus, exhausted="repeat")
+        p = Pipeline(ds).options(num_lanes=2, chunk_bytes=4096).tokenize(gpt2).pack_flat(64)
+        return [b.digest() for b in drain(p.shuffle(8, seed=1).batch(2), 40)]
+
+    fast = batches()
+    monkeypatch.setattr(tokenizer, "_LOADED", {})
+    monkeypatch.setattr(fast_tokenizer, "load", lambda raw, reference: None)
+    assert load_tokenizer(gpt2).backend_name == "tokenizers"
+    assert batches() == fast
+    assert np.unique(fast).size == 40

@@ -1,0 +1,142 @@
+"""A faster, exact backend for ``tokenizer.json`` tokenizers: ``fastokens``, where it is verified.
+
+Hugging Face ``tokenizers`` is the reference. ``fastokens`` (installed with the ``fast`` extra)
+reads the same ``tokenizer.json`` and is many times faster, with ids returned as one flat array.
+It is used only where it gives the reference's ids:
+
+1. at load, on fixed probes (every short string over ``" #$a\\n"``, runs of one character up to
+   600 long, many scripts, seeded random Unicode, special tokens inside text); the verdict is kept
+   in ``~/.cache/zephon/tokenizers/`` under the hash of the tokenizer file and both libraries'
+   versions, so a later load does not probe again;
+2. then on a sample of the data: the first batch of documents each process encodes goes through
+   both, and any difference turns the fast backend off for that tokenizer (recorded, logged).
+
+Its choice never changes the ids, so it is not part of the recipe fingerprint. Its own threads are
+set by ``FASTOKENS_BPE_THREADS`` (the process runner sets 1 in its workers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import itertools
+import json
+import logging
+import os
+import random
+import threading
+import uuid
+
+log = logging.getLogger(__name__)
+VERDICTS = os.path.join("~", ".cache", "zephon", "tokenizers")
+
+
+def probes() -> list[str]:
+    """Texts that tell an exact reimplementation from a near one."""
+    out = ["".join(p) for n in range(1, 5) for p in itertools.product(" #$a\n", repeat=n)]
+    out += [c * n for c in " \n\t-=a.'0#" for n in (1, 2, 3, 7, 64, 600)]
+    out += [
+        "Привет, мир!", "你好，世界。", "こんにちは世界", "مرحبا بالعالم", "שלום עולם", "नमस्ते दुनिया",
+        "안녕하세요", "Γειά σου Κόσμε", "👍🏽🇫🇷👨‍👩‍👧", "\u200b\u200d\u2060",
+        "e\u0301 caf\u00e9 \ufb01 \uff21\uff22\uff23",
+        "I'm you're we'll they've don't DON'T", "1234567890 3.14159 1e-9 $12,345.67",
+        "def f(x):\n    return x ** 2  # comment\n\n\n", "https://example.com/a?b=c&d=e#f",
+        "abc<|endoftext|>def", "<|endoftext|>", "  <|endoftext|>  x", "## ### #### a##b",
+        "\r\n\r\n", "tab\tseparated\tvalues", "MiXeD CaSe WoRdS",
+    ]  # fmt: skip
+    rng = random.Random(0)
+    ranges = [(0x20, 0x7E), (0xA0, 0x24F), (0x370, 0x3FF), (0x400, 0x4FF), (0x590, 0x6FF), (0x900, 0x97F),
+              (0x3040, 0x30FF), (0x4E00, 0x4FFF), (0xAC00, 0xAD00), (0x1F300, 0x1F64F)]  # fmt: skip
+    for _ in range(300):
+        parts = [chr(rng.randint(*rng.choice(ranges))) for _ in range(rng.randint(1, 40))]
+        out.append("".join(parts))
+    return out
+
+
+def first_difference(reference, fast, texts: list[str]) -> str | None:
+    """The first text on which the backends' ids differ, or None."""
+    want = [e.ids for e in reference.encode_batch(texts, add_special_tokens=False)]
+    ids, offsets = _flat(fast, texts)
+    for text, a, b, ref in zip(texts, offsets[:-1], offsets[1:], want, strict=True):
+        if ids[a:b].tolist() != ref:
+            return text
+    return None
+
+
+def _flat(fast, texts: list[str]):
+    import numpy as np
+
+    ids, offsets = fast.encode_batch_flat(texts)
+    return np.frombuffer(ids, np.uint32), np.frombuffer(offsets, np.uint64).astype(np.int64)
+
+
+class FastBackend:
+    """``fastokens`` for one tokenizer file, checked against the reference as described above."""
+
+    def __init__(self, fast, reference, key: str):
+        self.fast, self.reference, self.key = fast, reference, key
+        self.sampled, self.lock = False, threading.Lock()
+        self.on = True
+
+    def encode_flat(self, texts: list[str]):
+        """(ids uint32, offsets int64 [n + 1]) or None where the reference must be used."""
+        if not self.on:
+            return None
+        ids, offsets = _flat(self.fast, texts)
+        with self.lock:
+            sample, self.sampled = not self.sampled, True
+        if sample:
+            different = first_difference(self.reference, self.fast, texts[:256])
+            if different is not None:
+                self.on = False
+                _record(self.key, False, different)
+                log.warning(
+                    "zephon: fastokens differs from tokenizers on %r; using tokenizers", different[:80]
+                )
+                return None
+        return ids, offsets
+
+
+def load(raw_json: bytes, reference) -> FastBackend | None:
+    """The verified fast backend for this tokenizer file, or None (not installed, or not exact)."""
+    try:
+        import fastokens
+    except ImportError:
+        return None
+    versions = [importlib.metadata.version(p) for p in ("fastokens", "tokenizers")]
+    key = hashlib.sha256(raw_json + json.dumps(versions).encode()).hexdigest()[:32]
+    verdict = _verdict(key)
+    try:
+        fast = fastokens.Tokenizer.from_json_str(raw_json.decode("utf-8"))
+    except Exception as e:  # a tokenizer.json it cannot read: the reference serves it
+        log.info("zephon: fastokens cannot load this tokenizer (%s); using tokenizers", e)
+        return None
+    if verdict is None:
+        different = first_difference(reference, fast, probes())
+        verdict = different is None
+        _record(key, verdict, different)
+    return FastBackend(fast, reference, key) if verdict else None
+
+
+def _path(key: str) -> str:
+    return os.path.join(os.path.expanduser(VERDICTS), key + ".json")
+
+
+def _verdict(key: str) -> bool | None:
+    try:
+        with open(_path(key)) as f:
+            return bool(json.load(f)["exact"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _record(key: str, exact: bool, different: str | None) -> None:
+    path = _path(key)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"exact": exact, "first_difference": different}, f)
+        os.replace(tmp, path)
+    except OSError as e:  # only a cache: probing again next time is the cost
+        log.info("zephon: cannot record the fastokens verdict in %s (%s)", path, e)
