@@ -198,3 +198,21 @@ def test_a_dataset_of_blank_lines_is_an_error_not_an_empty_or_endless_run(tmp_pa
     pipeline = Pipeline(ds).options(num_lanes=2, chunk_bytes=500).tokenize(gpt2).pack_flat(16).batch(1)
     with pytest.raises(ValueError, match=r"no usable records"):
         drain(pipeline, 10)
+
+
+def test_json_lines_read_as_json_loads_reads_each_line(tmp_path):
+    import json
+
+    lines = [
+        b'{"text": "plain"}', b'  {"text": "spaces around"}  \r', b"\t{\"text\": \"tab\"}", b"",
+        b"\x0b\x0c", '{"text": "caf\u00e9 \u4f60\u597d \U0001f44d"}'.encode(), b'{"n": 1e400, "x": NaN}',
+        b'{"nested": {"a": [1, 2, {"b": null}]}, "text": "x"}', b"   ", b'{"text": "\\u00e9\\n"}',
+    ]  # fmt: skip
+    path = tmp_path / "edge.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    want = [json.loads(line) for line in lines if line.strip()]
+    got = _read_all(Dataset.from_path("d", str(path)), 1, 1 << 20)
+    assert json.dumps(got) == json.dumps(want)
+    path.write_bytes(b'{"text": "a"}\n{"text": "b"}, {"text": "c"}\n')  # two values on a line
+    with pytest.raises(DataError, match=r"line 2: malformed JSON \(Extra data"):
+        _read_all(Dataset.from_path("d", str(path)), 1, 1 << 20)

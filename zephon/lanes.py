@@ -52,6 +52,7 @@ class ChunkStreams:
 
     def __init__(self, plan: LanePlan, lane: int, executor: Executor, depth: int):
         self.plan, self.lane, self.executor, self.depth = plan, lane, executor, depth
+        self.window = 0  # the window being filled: chunks needed for it go first
         self.queues: list[deque[tuple[int, Future]]] = [deque() for _ in plan.tables]
         self.ends: list[int | None] = [None] * len(plan.tables)  # first chunk number past the end
 
@@ -69,7 +70,7 @@ class ChunkStreams:
                 break
             if j == k and skip:  # resuming inside the chunk: tokenize only what is left
                 chunk = dataclasses.replace(chunk, skip=skip)
-            queue.append((j, self.executor.submit(chunk)))
+            queue.append((j, self.executor.submit(chunk, (self.window + (j > k), self.lane))))
             j += 1
         if not queue or k - queue[0][0] >= len(queue):
             return None
@@ -108,12 +109,14 @@ def lane_batches(
     """
     source = plan.source
     streams = ChunkStreams(plan, lane, executor, depth)
+    streams.window = start.window
     max_empty = [2 * plan.chunks_per_lane_epoch(d) + 2 for d in range(len(source.datasets))]
     try:
         fresh = start.window == 0
         mixer = Mixer(source.names, source.shares, source.unit, streams.fetch, start.mix, max_empty, fresh)
         window, index, at_start = start.window, start.index - start.delivered, start.mix
         while True:
+            streams.window = window
             rows = ops.pack.fill(mixer, ops.window_rows)
             if len(rows) == 0:
                 return

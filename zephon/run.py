@@ -128,6 +128,8 @@ class _Delivery:
         self.states = states
         self.closed = False
         self.streams: dict[int, Iterator] = {}
+        # a lane hands over a whole window and goes on with the next while that one is consumed
+        ahead = lane_ops.window_rows // lane_ops.batch.microbatch_size + opts.prefetch
         for lane in states:
             start = dataclasses.replace(states[lane])
 
@@ -135,7 +137,7 @@ class _Delivery:
                 return lane_batches(plan, lane_ops, lane, start, self.executor, depth)
 
             if self.runner.background:
-                self.streams[lane] = Prefetcher(make, opts.prefetch, name=f"zephon-lane-{lane}")
+                self.streams[lane] = Prefetcher(make, ahead, name=f"zephon-lane-{lane}")
             else:
                 self.streams[lane] = make()
 

@@ -12,7 +12,8 @@ class Executor(ABC):
     """Runs one work function on units; ``submit`` returns a future of its result."""
 
     @abstractmethod
-    def submit(self, unit: Any) -> Future: ...
+    def submit(self, unit: Any, priority: tuple = ()) -> Future:
+        """``priority``: lower runs sooner, where the executor has a queue (ties: first come)."""
 
     def shutdown(self) -> None:  # noqa: B027 - nothing to release by default
         pass
@@ -24,7 +25,7 @@ class InlineExecutor(Executor):
     def __init__(self, work: Callable[[Any], Any]):
         self.work = work
 
-    def submit(self, unit: Any) -> Future:
+    def submit(self, unit: Any, priority: tuple = ()) -> Future:
         future: Future = Future()
         try:
             future.set_result(self.work(unit))

@@ -10,9 +10,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 
 from zephon.runners.base import Executor, InlineExecutor, Runner
+from zephon.runners.priority import PriorityGate
 
 _WORK = None  # the work function of this worker process
 
@@ -45,20 +46,21 @@ def _context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-class ProcessExecutor(Executor):
+class ProcessExecutor(PriorityGate):
+    """A process pool fed two units per worker at a time (to hide the hand-over), most urgent first."""
+
     def __init__(self, work, parallelism: int):
-        self.pool = ProcessPoolExecutor(
+        pool = ProcessPoolExecutor(
             parallelism,
             mp_context=_context(),
             initializer=_install,
             initargs=(check_picklable(work),),
         )
-
-    def submit(self, unit) -> Future:
-        return self.pool.submit(_run, unit)
-
-    def shutdown(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        super().__init__(
+            lambda unit: pool.submit(_run, unit),
+            2 * parallelism,
+            lambda: pool.shutdown(wait=False, cancel_futures=True),
+        )
 
 
 class ProcessRunner(Runner):

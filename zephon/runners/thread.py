@@ -1,22 +1,21 @@
-"""The thread runner: a thread pool per operator. Tokenizers and Arrow release the GIL."""
+"""The thread runner: a thread pool, most urgent work first. Tokenizers and Arrow release the GIL."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 from zephon.runners.base import Executor, InlineExecutor, Runner
+from zephon.runners.priority import PriorityGate
 
 
-class ThreadExecutor(Executor):
+class ThreadExecutor(PriorityGate):
     def __init__(self, work, parallelism: int):
-        self.work = work
-        self.pool = ThreadPoolExecutor(parallelism, thread_name_prefix="zephon-work")
-
-    def submit(self, unit) -> Future:
-        return self.pool.submit(self.work, unit)
-
-    def shutdown(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        pool = ThreadPoolExecutor(parallelism, thread_name_prefix="zephon-work")
+        super().__init__(
+            lambda unit: pool.submit(work, unit),
+            parallelism,
+            lambda: pool.shutdown(wait=False, cancel_futures=True),
+        )
 
 
 class ThreadRunner(Runner):
