@@ -100,9 +100,11 @@ class Pipeline:
     def filter(self, fn: Callable[[dict], bool], parallelism: int | None = None) -> Pipeline:
         return self._then(Filter(fn, parallelism))
 
-    def tokenize(self, tokenizer_id: str, field: str = "text", parallelism: int | None = None,
-                 add_bos: bool | None = None, add_eos: bool = True) -> Pipeline:  # fmt: skip
-        return self._then(Tokenize(tokenizer_id, field, add_bos, add_eos, parallelism))
+    def tokenize(
+        self, tokenizer_id: str, field: str = "text", parallelism: int | None = None,
+        add_bos: bool | None = None, add_eos: bool = True, backend: str = "auto",
+    ) -> Pipeline:  # fmt: skip
+        return self._then(Tokenize(tokenizer_id, field, add_bos, add_eos, parallelism, backend))
 
     def pack_flat(self, max_length: int, algorithm: str = "wrap") -> Pipeline:
         return self._then(PackFlat(max_length, algorithm, self._pad_id()))

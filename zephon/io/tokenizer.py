@@ -150,16 +150,23 @@ class TiktokenTokenizer(TextTokenizer):
         return self.encoding.decode(ids)
 
 
-_LOADED: dict[str, TextTokenizer] = {}
+_LOADED: dict[tuple[str, str], TextTokenizer] = {}
 _LOCK = threading.Lock()
+BACKENDS = ("auto", "tokenizers")  # auto: fastokens where verified exact, else tokenizers
 
 
-def load_tokenizer(tokenizer_id: str) -> TextTokenizer:
-    """The tokenizer for ``tokenizer_id``, loaded once per process."""
+def load_tokenizer(tokenizer_id: str, backend: str = "auto") -> TextTokenizer:
+    """The tokenizer for ``tokenizer_id``, loaded once per process. ``backend="tokenizers"``
+    keeps a ``tokenizer.json`` on Hugging Face ``tokenizers`` (the ids are the same either way)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"tokenizer backend {backend!r}: expected one of {BACKENDS}")
     with _LOCK:
-        if tokenizer_id not in _LOADED:
-            _LOADED[tokenizer_id] = _load(tokenizer_id)
-        return _LOADED[tokenizer_id]
+        if (tokenizer_id, backend) not in _LOADED:
+            tokenizer = _load(tokenizer_id)
+            if backend == "tokenizers" and isinstance(tokenizer, HFTokenizer):
+                tokenizer.fast = None
+            _LOADED[tokenizer_id, backend] = tokenizer
+        return _LOADED[tokenizer_id, backend]
 
 
 def _load(tokenizer_id: str) -> TextTokenizer:

@@ -12,6 +12,10 @@ from zephon.ops.containers import Docs, RecordBlock
 class Tokenize(WorkOperator):
     """Encodes ``record[field]`` in one batched call per chunk.
 
+    ``backend``: ``"auto"`` encodes a ``tokenizer.json`` with fastokens where it is verified to
+    give the same ids, ``"tokenizers"`` always with Hugging Face ``tokenizers``; the ids are the
+    same, so it is a performance setting, not part of the recipe.
+
     Appends the tokenizer's EOS to every document (``add_eos``) and prepends its BOS where it
     defines one distinct from EOS (``add_bos``). A document with no tokens is skipped and counted.
     """
@@ -27,9 +31,10 @@ class Tokenize(WorkOperator):
         add_bos: bool | None = None,
         add_eos: bool = True,
         parallelism: int | None = None,
+        backend: str = "auto",
     ):
         super().__init__(parallelism)
-        self.tokenizer_id, self.field = str(tokenizer_id), field
+        self.tokenizer_id, self.field, self.backend = str(tokenizer_id), field, backend
         tok = self.tokenizer()  # fail now, not in a worker, if it can't be loaded
         if add_eos and tok.eos_id is None:
             raise ValueError(
@@ -45,7 +50,7 @@ class Tokenize(WorkOperator):
         self.add_bos = tok.bos_id is not None if add_bos is None else bool(add_bos)
 
     def tokenizer(self) -> TextTokenizer:
-        return load_tokenizer(self.tokenizer_id)
+        return load_tokenizer(self.tokenizer_id, self.backend)
 
     def params(self) -> dict:
         return {

@@ -21,6 +21,7 @@ relative to the recipe if such a file or folder exists, else a hub id or tiktoke
     parallelism = 4              # workers for read + map + tokenize (performance only)
     add_bos = true               # default: if the tokenizer defines a BOS distinct from EOS
     add_eos = true
+    backend = "auto"             # auto: fastokens where verified exact | tokenizers (performance only)
 
     [[datasets]]                 # one table per dataset
     name = "wiki"
@@ -76,6 +77,7 @@ class TokenizerSection:
     parallelism: int | None = None
     add_bos: bool | None = None
     add_eos: bool = True
+    backend: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -251,7 +253,7 @@ def build_pipeline(
     tok = recipe.sections["tokenizer"]
     pipeline = pipeline.tokenize(
         recipe.tokenizer_id, field=tok.get("field", "text"), parallelism=tok.get("parallelism"),
-        add_bos=tok.get("add_bos"), add_eos=tok.get("add_eos", True),
+        add_bos=tok.get("add_bos"), add_eos=tok.get("add_eos", True), backend=tok.get("backend", "auto"),
     )  # fmt: skip
     pipeline = pipeline.pack_flat(seq_len, algorithm=recipe.get("packing", "algorithm", "wrap"))
     if "shuffle" in recipe.sections:

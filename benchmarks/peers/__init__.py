@@ -1,0 +1,1 @@
+"""The systems benchmarks/throughput.py compares, each behind the interface of ``common.py``."""

@@ -1,0 +1,43 @@
+"""The limit: the tokenizer alone, on the benchmark's documents held in memory (no I/O, no
+packing, no batches), one ``encode_batch`` call per 1,024 documents, until enough tokens."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+
+from benchmarks.peers.common import Setup
+
+
+def _texts(setup: Setup) -> list[str]:
+    texts = []
+    for path in setup.files.values():
+        with open(path) as f:
+            texts += [json.loads(line)["text"] for line in f if line.strip()]
+    return texts
+
+
+def rate(setup: Setup, backend: str, tokens: int) -> dict:
+    texts = _texts(setup)
+    if backend == "hf":
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(setup.tokenizer_json)
+
+        def encode(batch):
+            return sum(len(e.ids) for e in tok.encode_batch(batch, add_special_tokens=False))
+    else:
+        import fastokens
+
+        tok = fastokens.Tokenizer.from_file(setup.tokenizer_json)
+
+        def encode(batch):
+            return len(tok.encode_batch_flat(batch)[0]) // 4
+
+    done, start = 0, time.perf_counter()
+    for i in itertools.cycle(range(0, len(texts), 1024)):
+        done += encode(texts[i : i + 1024])
+        if done >= tokens:
+            break
+    return {"tokens_per_s": done / (time.perf_counter() - start), "first_batch_s": None, "peak_rss": None}

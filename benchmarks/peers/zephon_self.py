@@ -1,0 +1,48 @@
+"""This project, as its README shows it: a token mixture, ``pack_flat``, a row shuffle, batches.
+
+``setup.options["backend"]``: ``"auto"`` (fastokens where verified exact) or ``"tokenizers"``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks.peers.common import Out, Setup
+
+
+def pipeline(setup: Setup, **options):
+    from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+
+    datasets = [Dataset.from_path(name, path, exhausted="repeat") for name, path in setup.files.items()]
+    source = StaticMixtureWorkSource(
+        datasets, setup.weights, token_estimation=TokenEstimation(), seed=setup.seed
+    )
+    backend = setup.options.get("backend", "auto")
+    return (
+        Pipeline(source)
+        .options(num_lanes=setup.lanes, runner=setup.method, **options)
+        .tokenize(setup.tokenizer, parallelism=setup.workers, backend=backend)
+        .pack_flat(setup.seq_len)
+        .shuffle(setup.shuffle, seed=setup.seed)
+        .batch(setup.microbatch)
+    )
+
+
+def batches(setup: Setup):
+    p = pipeline(setup)
+    try:
+        for batch in p:
+            yield Out(batch.tokens, batch.sources >= 0)
+    finally:
+        p.close()
+
+
+def state_bytes(setup: Setup, batches_taken: int = 40) -> int:
+    """The largest lane's checkpoint state, in bytes of JSON, after some batches."""
+    from zephon.testing import take
+
+    p = pipeline(setup)
+    take(p, batches_taken)
+    state = p.state_dict()
+    p.close()
+    return max(len(json.dumps(lane)) for lane in state["lanes"].values())

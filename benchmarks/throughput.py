@@ -1,0 +1,303 @@
+#!/usr/bin/env python
+"""Throughput of this project, its peers and the tokenizer alone, side by side in one run.
+
+Real text (KJV verses, KJV chapters, whole Python standard-library files; three JSON lines
+datasets mixed .40 / .35 / .25), GPT-2 BPE, rows of 2049 tokens, shuffle 256, microbatch 8, 8
+lanes where a system has lanes. Every measurement runs in a fresh process, systems interleaved,
+``--reps`` times; the table shows medians:
+
+- packed tokens/s, end to end from building the loader to the ``--tokens``-th token (start-up
+  included: a loader that front-loads its work cannot look faster than it is), and the time to
+  the first batch;
+- stall share: a loop that "trains" each batch for a fixed time, at a quarter of the
+  tokenizer-alone rate (which every system sustains on average), for ``--stall-tokens``; the
+  share of the loop's time after the first batch spent waiting for batches, and the longest wait;
+- peak RSS of the loader's whole process tree (sampled every 50 ms), padding share (label
+  positions that are padding), checkpoint bytes per lane where a system has a checkpoint.
+
+Peers: ``zephon==0.2.0`` (installed on first use into benchmarks/.peers/, it has this project's
+import name), Grain 0.2.18 in its fastest and in its worker-invariant layout, torchdata 0.11 nodes,
+TorchTitan 0.3.0's own loader (``pip install -e '.[bench]'``). Writes
+benchmarks/results/throughput.md and .png.
+
+    python benchmarks/throughput.py [--tokens 8000000] [--reps 3] [--only zephon ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+MIXTURE = {"verses": 0.4, "chapters": 0.35, "code": 0.25}
+CORES = os.cpu_count() or 1
+
+# label -> (module in benchmarks.peers, function, Setup fields)
+SYSTEMS: dict[str, tuple[str, str, dict]] = {
+    "tokenizers alone (HF encode_batch)": ("tokenizer_alone", "hf", {}),
+    "fastokens alone (encode_batch_flat)": ("tokenizer_alone", "fast", {}),
+}
+for _backend, _name in (("tokenizers", "HF tokenizers"), ("auto", "fastokens")):
+    _options = {"options": {"backend": _backend}}
+    SYSTEMS[f"zephon inline, {_name}"] = (
+        "zephon_self",
+        "batches",
+        {"method": "inline", "workers": 1, **_options},
+    )
+    for _method in ("thread", "process"):
+        for _workers in range(1, CORES + 1):
+            _fields = {"method": _method, "workers": _workers, **_options}
+            SYSTEMS[f"zephon {_method} x{_workers}, {_name}"] = ("zephon_self", "batches", _fields)
+SYSTEMS.update({
+    "zephon 0.2.0 thread": ("zephon020", "batches", {"method": "thread", "workers": CORES}),
+    "zephon 0.2.0 process": ("zephon020", "batches", {"method": "process", "workers": CORES}),
+    "Grain 0.2.18 fastest": ("grain_loader", "batches_fastest", {"workers": CORES}),
+    "Grain 0.2.18 worker-invariant": ("grain_loader", "batches_invariant", {"workers": CORES}),
+    "torchdata 0.11 nodes, threads": ("torchdata_nodes", "batches", {"method": "thread", "workers": CORES}),
+    "torchdata 0.11 nodes, processes": (
+        "torchdata_nodes", "batches", {"method": "process", "workers": CORES}
+    ),
+    "TorchTitan 0.3.0 loader": ("torchtitan_loader", "batches", {"workers": CORES}),
+})  # fmt: skip
+
+
+# -- one measurement, in its own process ------------------------------------------------------
+
+
+class PeakRSS:
+    """The largest resident set of this process and its children, sampled in a thread."""
+
+    def __init__(self, every: float = 0.05):
+        import psutil
+
+        self.process, self.peak, self.every = psutil.Process(), 0, every
+        self.stop = threading.Event()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        import psutil
+
+        while not self.stop.is_set():
+            total = 0
+            for p in [self.process, *self.process.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):  # a child that just ended
+                    total += p.memory_info().rss
+            self.peak = max(self.peak, total)
+            self.stop.wait(self.every)
+
+
+def measure(spec: dict) -> dict:
+    module, function, fields = SYSTEMS[spec["system"]]
+    if module == "zephon020":
+        from benchmarks.peers import zephon020
+
+        sys.path.insert(0, zephon020.ensure_installed())
+    from benchmarks.peers.common import Setup
+
+    setup = Setup(**{**spec["setup"], **fields})
+    if module == "tokenizer_alone":
+        from benchmarks.peers import tokenizer_alone
+
+        return tokenizer_alone.rate(setup, function, spec["tokens"])
+    peer = importlib.import_module(f"benchmarks.peers.{module}")
+    rss = PeakRSS()
+    consumer_seconds = spec.get("seconds_per_token", 0.0)
+    start = time.perf_counter()
+    batches = getattr(peer, function)(setup)
+    first = None
+    valid = labels = positions = empty = 0
+    waits, waited_since = [], time.perf_counter()
+    for out in batches:
+        now = time.perf_counter()
+        if first is None:
+            first, loop_start = now - start, now
+        else:
+            waits.append(now - waited_since)
+        n = int(out.valid.sum())
+        valid, positions = valid + n, positions + int(out.valid[:, 1:].size)
+        labels += int(out.valid[:, 1:].sum())
+        empty += int((out.valid.sum(axis=1) == 0).sum())
+        if consumer_seconds:
+            time.sleep(n * consumer_seconds)  # "training" on this batch
+        waited_since = time.perf_counter()
+        if valid >= spec["tokens"]:
+            break
+    elapsed = time.perf_counter() - start
+    batches.close()
+    rss.stop.set()
+    result = {
+        "tokens_per_s": valid / elapsed,
+        "first_batch_s": first,
+        "padding": 1 - labels / positions if positions else None,
+        "empty_rows": empty,
+        "peak_rss": rss.peak,
+    }
+    if consumer_seconds:
+        loop = time.perf_counter() - loop_start
+        result.update(stall_share=sum(waits) / loop, longest_wait=max(waits, default=0.0))
+    return result
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def run_one(spec: dict, timeout: float) -> dict | None:
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", json.dumps(spec)]
+    try:
+        result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"  {spec['system']}: timed out after {timeout:.0f}s", flush=True)
+        return None
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        tail = (result.stdout + result.stderr)[-1500:]
+        print(f"  {spec['system']}: failed ({result.returncode})\n{tail}", flush=True)
+        return None
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=8_000_000)
+    parser.add_argument("--stall-tokens", type=int, default=2_000_000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--only", nargs="*", help="systems whose label contains one of these")
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        sys.path.insert(0, ROOT)
+        print(json.dumps(measure(json.loads(args.one))), flush=True)
+        return
+    systems = [s for s in SYSTEMS if not args.only or any(o in s for o in args.only)]
+    sys.path.insert(0, ROOT)
+    from zephon.testing import gpt2_tokenizer_dir
+    from zephon.testing.data import real_text_corpora
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {name: path for name, (path, _) in real_text_corpora(tmp).items()}
+        setup = {
+            "files": files,
+            "weights": MIXTURE,
+            "tokenizer": gpt2_tokenizer_dir(os.path.join(tmp, "gpt2")),
+        }
+        runs: dict[str, list[dict]] = {s: [] for s in systems}
+        for rep in range(args.reps):
+            for system in systems:
+                result = run_one({"system": system, "setup": setup, "tokens": args.tokens}, args.timeout)
+                print(f"rep {rep + 1}: {system}: {result}", flush=True)
+                if result:
+                    runs[system].append(result)
+        limit = statistics.median(
+            r["tokens_per_s"] for r in runs.get(next(iter(SYSTEMS)), []) or [{"tokens_per_s": 1e6}]
+        )
+        per_token = 1 / (0.25 * limit)
+        stalls = {}
+        for system in systems:
+            if SYSTEMS[system][0] == "tokenizer_alone":
+                continue
+            spec = {
+                "system": system,
+                "setup": setup,
+                "tokens": args.stall_tokens,
+                "seconds_per_token": per_token,
+            }
+            stalls[system] = run_one(spec, args.timeout)
+            print(f"stall: {system}: {stalls[system]}", flush=True)
+        extras = _extras(setup)
+    _write(runs, stalls, extras, limit, args)
+
+
+def _extras(setup: dict) -> dict:
+    """Checkpoint bytes per lane (this project; peers where they report it)."""
+    sys.path.insert(0, ROOT)
+    from benchmarks.peers import zephon_self
+    from benchmarks.peers.common import Setup
+
+    return {"zephon": zephon_self.state_bytes(Setup(**setup, method="thread"))}
+
+
+def _write(runs, stalls, extras, limit, args) -> None:
+    import importlib.metadata as md
+
+    def median(system, key):
+        values = [r[key] for r in runs.get(system, []) if r.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    rows = []
+    for system in runs:
+        rate = median(system, "tokens_per_s")
+        if rate is None:
+            continue
+        stall = stalls.get(system) or {}
+        first, rss, padding = (median(system, k) for k in ("first_batch_s", "peak_rss", "padding"))
+        rows.append((system, rate, first, stall.get("stall_share"), stall.get("longest_wait"), rss, padding))
+    versions = {
+        p: md.version(p) for p in ("tokenizers", "fastokens", "grain", "torchdata", "torchtitan", "torch")
+    }
+    lines = [
+        "# Throughput: this project, its peers and the tokenizer alone",
+        "",
+        f"Machine: {platform.machine()}, {CORES} CPUs, Python {platform.python_version()}; "
+        + ", ".join(f"{k} {v}" for k, v in versions.items())
+        + ", zephon 0.2.0 (PyPI).",
+        f"Command: `python benchmarks/throughput.py --tokens {args.tokens} --reps {args.reps}`. "
+        f"Medians of {args.reps} interleaved runs, each in a fresh process, {args.tokens:,} tokens "
+        "end to end.",
+        f"Stall: a loop that trains each batch at a quarter of the HF tokenizer's rate "
+        f"({0.25 * limit / 1e6:.2f}M tokens/s), {args.stall_tokens:,} tokens.",
+        "",
+        "| system | packed tokens/s | vs HF tokenizer | first batch | stall share | longest wait "
+        "| peak RSS | padding |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for system, rate, first, stall, wait, rss, padding in rows:
+        cells = [
+            f"{rate / 1e6:.2f}M", f"{rate / limit:.2f}x", _fmt(first, "{:.2f} s"), _fmt(stall, "{:.1%}"),
+            _fmt(wait, "{:.2f} s"), _fmt(rss and rss / 2**30, "{:.2f} GiB"), _fmt(padding, "{:.2%}"),
+        ]  # fmt: skip
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    lines += ["", f"Checkpoint bytes per lane: {json.dumps(extras)}."]
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "throughput.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(RESULTS, "throughput.json"), "w") as f:
+        json.dump({"runs": runs, "stalls": stalls, "extras": extras, "limit": limit}, f, indent=1)
+    _plot(rows, limit, os.path.join(RESULTS, "throughput.png"))
+    print("\n".join(lines))
+
+
+def _fmt(value, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def _plot(rows, limit: float, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(rows, key=lambda r: r[1])
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(rows) + 1.5))
+    colors = ["C2" if r[0].startswith("zephon ") and "0.2.0" not in r[0] else "C7" for r in rows]
+    ax.barh([r[0] for r in rows], [r[1] / 1e6 for r in rows], color=colors)
+    ax.axvline(limit / 1e6, color="k", ls="--", lw=1, label="HF tokenizers alone")
+    ax.set_xlabel("packed tokens/s, end to end (millions), 2 CPU cores")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
