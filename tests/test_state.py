@@ -132,7 +132,7 @@ def test_a_state_of_the_chunk_mixing_zephon_is_refused_with_what_to_do(make_rank
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("delivered", 4, "says 4 batches of window 0 were delivered, but that window holds 4"),
+        ("delivered", 4, "says 4 batches of window 0 were delivered, but that window holds 1"),
         ("delivered", -1, "malformed lane state"),
         ("mixer", {"positions": [[0, 0]], "used": [0]}, "malformed mixer state"),
         ("mixer", {"positions": [[0, 0, 0], [0, 0, 0]], "used": [0, 0]}, "does not match 1 datasets"),

@@ -3,9 +3,10 @@
 The workers read and tokenize the lane's chunks of every dataset ahead of need (which chunk comes
 next is a pure plan, so they never wait for the lane). The lane itself, in order and alone, mixes
 documents (``zephon.work.mixture``), packs them into exactly the rows of one window, shuffles
-those rows and cuts them into microbatches. A window ends on a whole number of microbatches, and
-the next starts at the exact token where packing stopped, so a lane's checkpoint is its mixer's
-position at a window start plus the batches of that window already delivered.
+those rows and cuts them into microbatches. A window ends on a whole number of microbatches (the
+first is one microbatch, each next twice the last, up to ``window_rows``), and the next starts at
+the exact token where packing stopped, so a lane's checkpoint is its mixer's position at a
+window start plus the batches of that window already delivered.
 """
 
 from __future__ import annotations
@@ -98,6 +99,13 @@ class LaneOps:
     batch: BatchRows
     window_rows: int
 
+    def rows_in(self, window: int) -> int:
+        """Windows start at one microbatch and double up to ``window_rows``: every lane gives
+        its first batch after one microbatch of rows, and has its next window made while the
+        last one is consumed."""
+        size = self.batch.microbatch_size
+        return self.window_rows if window >= 32 else min(self.window_rows, size << window)
+
 
 def lane_batches(
     plan: LanePlan, ops: LaneOps, lane: int, start: LaneState, executor: Executor, depth: int
@@ -117,7 +125,7 @@ def lane_batches(
         window, index, at_start = start.window, start.index - start.delivered, start.mix
         while True:
             streams.window = window
-            rows = ops.pack.fill(mixer, ops.window_rows)
+            rows = ops.pack.fill(mixer, ops.rows_in(window))
             if len(rows) == 0:
                 return
             if ops.shuffle is not None:
