@@ -31,14 +31,14 @@ def test_fastokens_gives_the_reference_ids_on_real_text(fresh_tokenizers, gpt2):
 
 
 def test_the_verdict_is_kept_and_not_probed_again(fresh_tokenizers, gpt2, monkeypatch):
-    load_tokenizer(gpt2)
+    assert load_tokenizer(gpt2).fast.wait()
     monkeypatch.setattr(tokenizer, "_LOADED", {})
 
     def no_probing(*args):
         raise AssertionError("the recorded verdict must be used")
 
     monkeypatch.setattr(fast_tokenizer, "first_difference", no_probing)
-    assert load_tokenizer(gpt2).fast is not None
+    assert load_tokenizer(gpt2).fast.wait()
 
 
 class _WrongFor:
@@ -56,6 +56,7 @@ class _WrongFor:
 
 def test_a_difference_in_the_data_sample_turns_the_fast_backend_off(fresh_tokenizers, gpt2, caplog):
     tok = load_tokenizer(gpt2)
+    assert tok.fast.wait()
     tok.fast.fast = _WrongFor(tok.fast.fast, "The odd one out")
     texts = ["The odd one out", "and the rest"]
     ids, offsets = tok.encode_flat(texts)
@@ -68,7 +69,23 @@ def test_a_difference_in_the_data_sample_turns_the_fast_backend_off(fresh_tokeni
 
 def test_probes_that_differ_keep_the_reference(fresh_tokenizers, gpt2, monkeypatch):
     monkeypatch.setattr(fast_tokenizer, "first_difference", lambda *args: "$#a")
-    assert load_tokenizer(gpt2).fast is None
+    assert load_tokenizer(gpt2).backend_name == "tokenizers"
+    monkeypatch.setattr(tokenizer, "_LOADED", {})
+    assert load_tokenizer(gpt2).fast is None, "the recorded verdict: not even loaded again"
+
+
+def test_until_the_fast_backend_is_loaded_the_reference_encodes(fresh_tokenizers, gpt2, monkeypatch):
+    import threading
+
+    gate = threading.Event()
+    real = fast_tokenizer.FastBackend._load
+    monkeypatch.setattr(fast_tokenizer.FastBackend, "_load", lambda self, *a: (gate.wait(), real(self, *a)))
+    tok = load_tokenizer(gpt2)
+    texts = ["Loading, still", "and another"]
+    ids, offsets = tok.encode_flat(texts)
+    assert not tok.fast.ready.is_set() and ids[: offsets[1]].tolist() == tok.encode_batch(texts)[0]
+    gate.set()
+    assert tok.backend_name == "fastokens"
 
 
 def test_batches_are_the_same_with_either_backend(fresh_tokenizers, corpus, gpt2, monkeypatch):

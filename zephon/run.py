@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from zephon.batch import Batch
 from zephon.lanes import lane_batches
 from zephon.ops.containers import sum_counters
-from zephon.runners import Prefetcher, get_runner
+from zephon.runners import LaneDriver, get_runner
 from zephon.state import VERSION, LaneState, check_version, diff
 from zephon.work import LanePlan
 
@@ -127,19 +127,21 @@ class _Delivery:
         depth = max(1, -(-2 * parallelism // len(states)))
         self.states = states
         self.closed = False
-        self.streams: dict[int, Iterator] = {}
-        # a lane hands over a whole window and goes on with the next while that one is consumed
-        ahead = lane_ops.window_rows // lane_ops.batch.microbatch_size + opts.prefetch
+        makers = {}
         for lane in states:
             start = dataclasses.replace(states[lane])
-
-            def make(lane=lane, start=start):
-                return lane_batches(plan, lane_ops, lane, start, self.executor, depth)
-
-            if self.runner.background:
-                self.streams[lane] = Prefetcher(make, ahead, name=f"zephon-lane-{lane}")
-            else:
-                self.streams[lane] = make()
+            makers[lane] = lambda lane=lane, start=start: lane_batches(
+                plan, lane_ops, lane, start, self.executor, depth
+            )
+        if self.runner.background:
+            # a lane hands over a whole window and goes on with the next while that one is consumed
+            ahead = lane_ops.window_rows // lane_ops.batch.microbatch_size + opts.prefetch
+            starts = {lane: state.index for lane, state in states.items()}
+            self.driver = LaneDriver(makers, starts, lambda item: item[0].index, ahead)
+            self.streams = {lane: _Driven(self.driver, lane) for lane in states}
+        else:
+            self.driver = None
+            self.streams = {lane: make() for lane, make in makers.items()}
 
     def __iter__(self) -> Iterator[Batch]:
         # Round-robin over the lanes, in the form that survives a restore mid-round: next is
@@ -171,6 +173,21 @@ class _Delivery:
 
     def close(self) -> None:
         self.closed = True
+        if self.driver is not None:
+            self.driver.close()
         for stream in self.streams.values():
             getattr(stream, "close", lambda: None)()
         self.executor.shutdown()
+
+
+class _Driven:
+    """One lane's stream, as the lane driver makes it."""
+
+    def __init__(self, driver: LaneDriver, lane: int):
+        self.driver, self.lane = driver, lane
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.driver.next(self.lane)

@@ -71,16 +71,44 @@ def _flat(fast, texts: list[str]):
 
 
 class FastBackend:
-    """``fastokens`` for one tokenizer file, checked against the reference as described above."""
+    """``fastokens`` for one tokenizer file, checked against the reference as described above.
 
-    def __init__(self, fast, reference, key: str):
-        self.fast, self.reference, self.key = fast, reference, key
-        self.sampled, self.lock = False, threading.Lock()
-        self.on = True
+    It loads in a background thread (building it takes a few tenths of a second); until it is
+    ready, and wherever it is not exact, :meth:`encode_flat` answers None and the reference
+    encodes: the same ids either way.
+    """
+
+    def __init__(self, raw_json: bytes, reference, key: str, verdict: bool | None):
+        self.reference, self.key, self.fast = reference, key, None
+        self.on, self.sampled, self.lock = True, False, threading.Lock()
+        self.ready = threading.Event()
+        threading.Thread(
+            target=self._load, args=(raw_json, verdict), name="zephon-fastokens", daemon=True
+        ).start()
+
+    def _load(self, raw_json: bytes, verdict: bool | None) -> None:
+        import fastokens
+
+        try:
+            fast = fastokens.Tokenizer.from_json_str(raw_json.decode("utf-8"))
+            if verdict is None:
+                different = first_difference(self.reference, fast, probes())
+                _record(self.key, different is None, different)
+                verdict = different is None
+        except Exception as e:  # a tokenizer.json it cannot read: the reference serves it
+            log.info("zephon: fastokens cannot load this tokenizer (%s); using tokenizers", e)
+            verdict = False
+        self.fast, self.on = (fast, True) if verdict else (None, False)
+        self.ready.set()
+
+    def wait(self) -> bool:
+        """Whether it is on, once loaded and probed."""
+        self.ready.wait()
+        return self.on
 
     def encode_flat(self, texts: list[str]):
         """(ids uint32, offsets int64 [n + 1]) or None where the reference must be used."""
-        if not self.on:
+        if not self.ready.is_set() or not self.on:
             return None
         ids, offsets = _flat(self.fast, texts)
         with self.lock:
@@ -98,24 +126,16 @@ class FastBackend:
 
 
 def load(raw_json: bytes, reference) -> FastBackend | None:
-    """The verified fast backend for this tokenizer file, or None (not installed, or not exact)."""
+    """The fast backend for this tokenizer file, loading, or None (not installed, or known not
+    to be exact)."""
     try:
-        import fastokens
+        import fastokens  # noqa: F401 - only whether it is there
     except ImportError:
         return None
     versions = [importlib.metadata.version(p) for p in ("fastokens", "tokenizers")]
     key = hashlib.sha256(raw_json + json.dumps(versions).encode()).hexdigest()[:32]
     verdict = _verdict(key)
-    try:
-        fast = fastokens.Tokenizer.from_json_str(raw_json.decode("utf-8"))
-    except Exception as e:  # a tokenizer.json it cannot read: the reference serves it
-        log.info("zephon: fastokens cannot load this tokenizer (%s); using tokenizers", e)
-        return None
-    if verdict is None:
-        different = first_difference(reference, fast, probes())
-        verdict = different is None
-        _record(key, verdict, different)
-    return FastBackend(fast, reference, key) if verdict else None
+    return None if verdict is False else FastBackend(raw_json, reference, key, verdict)
 
 
 def _path(key: str) -> str:

@@ -96,7 +96,8 @@ class HFTokenizer(TextTokenizer):
 
     @property
     def backend_name(self) -> str:
-        return "fastokens" if self.fast is not None and self.fast.on else "tokenizers"
+        """``fastokens`` or ``tokenizers``: the backend encoding, once the fast one is loaded."""
+        return "fastokens" if self.fast is not None and self.fast.wait() else "tokenizers"
 
     def decode(self, ids: list[int]) -> str:
         return self.backend.decode(ids, skip_special_tokens=False)

@@ -1,6 +1,6 @@
 """Runners: inline, thread, process. The only place where concurrency lives."""
 
-from zephon.runners.background import Prefetcher
+from zephon.runners.background import LaneDriver
 from zephon.runners.base import Executor, InlineExecutor, Runner
 from zephon.runners.inline import InlineRunner
 from zephon.runners.process import ProcessRunner, check_picklable
@@ -20,7 +20,7 @@ __all__ = [
     "Executor",
     "InlineExecutor",
     "InlineRunner",
-    "Prefetcher",
+    "LaneDriver",
     "ProcessRunner",
     "Runner",
     "ThreadRunner",

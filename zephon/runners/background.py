@@ -1,9 +1,15 @@
-"""Drive an iterator ahead of its consumer in a background thread, through a bounded queue."""
+"""Lanes driven ahead of their consumer by one background thread, through bounded queues.
+
+One thread advances every lane of a rank, always the lane whose queue has room and whose next
+batch the consumer will ask for first (the lowest next batch index, then the lowest lane), so the
+work goes where delivery needs it, and a rank runs one such thread however many lanes it owns.
+The stateless work (reading, tokenizing) runs on the runner's workers meanwhile.
+"""
 
 from __future__ import annotations
 
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,59 +21,78 @@ class _Raised:
         self.error = error
 
 
-class Prefetcher:
-    """Runs ``make()`` in a daemon thread and hands its items over, up to ``depth`` ahead.
+class LaneDriver:
+    """``makers``: lane -> a function making that lane's iterator of items; ``index(item)``: the
+    item's batch index; ``depth``: items a lane may hold ahead of its consumer."""
 
-    An error in the thread is raised in the consumer, at the point of the stream where it
-    happened. ``close()`` stops the thread at its next hand-over.
-    """
-
-    def __init__(self, make: Callable[[], Iterator[Any]], depth: int, name: str):
-        self.queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(make,), name=name, daemon=True)
+    def __init__(self, makers: dict[int, Callable[[], Iterator[Any]]], starts: dict[int, int],
+                 index: Callable[[Any], int], depth: int):  # fmt: skip
+        self.queues: dict[int, deque] = {lane: deque() for lane in makers}
+        self.next_index = dict(starts)  # what each lane makes next
+        self.index, self.depth = index, max(1, depth)
+        self.changed = threading.Condition()
+        self.stopped = False
+        self.thread = threading.Thread(target=self._run, args=(makers,), name="zephon-lanes", daemon=True)
         self.thread.start()
 
-    def _put(self, item) -> bool:
-        while not self.stop.is_set():
-            try:
-                self.queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self, make) -> None:
+    def _run(self, makers) -> None:
+        iterators: dict[int, Iterator] = {}
         try:
-            iterator = make()
-            for item in iterator:
-                if not self._put(item):
-                    break
-            else:
-                self._put(_END)
-            getattr(iterator, "close", lambda: None)()
-        except BaseException as e:
-            self._put(_Raised(e))
+            while True:
+                with self.changed:
+                    lane = self._next_lane()
+                    while not self.stopped and lane is None:
+                        self.changed.wait()
+                        lane = self._next_lane()
+                    if self.stopped:
+                        return
+                if lane not in iterators:
+                    iterators[lane] = makers[lane]()
+                try:
+                    item = next(iterators[lane])
+                except StopIteration:
+                    item = _END
+                except BaseException as e:  # raised in the consumer, where the lane's stream failed
+                    item = _Raised(e)
+                with self.changed:
+                    self.queues[lane].append(item)
+                    self.next_index[lane] = None if not _is_batch(item) else self.index(item) + 1
+                    self.changed.notify_all()
+        finally:
+            for iterator in iterators.values():
+                getattr(iterator, "close", lambda: None)()
 
-    def __iter__(self):
-        return self
+    def _next_lane(self) -> int | None:
+        """The lane to advance: room in its queue, still going, needed soonest."""
+        ready = [
+            lane
+            for lane, queue in self.queues.items()
+            if self.next_index[lane] is not None and len(queue) < self.depth
+        ]
+        return min(ready, key=lambda lane: (self.next_index[lane], lane), default=None)
 
-    def __next__(self):
-        while True:
-            if self.stop.is_set():
+    def next(self, lane: int) -> Any:
+        """The lane's next item; StopIteration at its end, its error where it failed."""
+        with self.changed:
+            while not self.stopped and not self.queues[lane]:
+                self.changed.wait()
+            if self.stopped:
                 raise StopIteration  # closed: nothing more comes, even if some was queued
-            try:
-                item = self.queue.get(timeout=0.1)
-                break
-            except queue.Empty:
-                continue
+            item = self.queues[lane][0]
+            if _is_batch(item):
+                self.queues[lane].popleft()
+                self.changed.notify_all()
         if item is _END:
-            self.queue.put(_END)  # stay exhausted
-            raise StopIteration
+            raise StopIteration  # stays at the head: the lane stays ended
         if isinstance(item, _Raised):
-            self.queue.put(item)  # stay failed
-            raise item.error
+            raise item.error  # stays at the head: the lane stays failed
         return item
 
     def close(self) -> None:
-        self.stop.set()
+        with self.changed:
+            self.stopped = True
+            self.changed.notify_all()
+
+
+def _is_batch(item: Any) -> bool:
+    return item is not _END and not isinstance(item, _Raised)

@@ -202,10 +202,51 @@ class Mixer:
     def _run_stop(self, piece: Piece, limit: int) -> int:
         """Where the rule, piece by piece, would stop taking the documents after ``piece`` from
         its dataset: the same comparisons as :func:`pick`, on arrays."""
-        d, docs = piece.dataset, piece.docs
-        first, last = piece.doc + 1, min(len(docs), piece.doc + 1 + RUN)
-        if first >= last:
+        docs = piece.docs
+        first = piece.doc + 1
+        k = self._run_scalar(piece, limit, first, min(len(docs), first + 16))
+        look = 16
+        while k == look and first + look < len(docs) and look < RUN:  # a long run: on arrays
+            look *= 8
+            k = self._run_length(piece, limit, first, min(len(docs), first + look))
+        if k == 0:
             return piece.stop
+        return min(int(docs.offsets[first + k]), piece.start + limit)  # the last one cut where the room ends
+
+    def _run_scalar(self, piece: Piece, limit: int, first: int, last: int) -> int:
+        """:meth:`_run_length` for a few documents, one by one: cheaper than arrays for short runs."""
+        d, offsets = piece.dataset, piece.docs.offsets[first : last + 1].tolist()
+        others = [
+            (
+                e,
+                self.used[e],
+                self._remaining(e) if self.unit == "tokens" else (self.offsets[e] == 0) / 2,
+                share,
+            )
+            for e, share in enumerate(self.shares)
+            if e != d
+        ]
+        used, share, begun = self.used[d], self.shares[d], self.offsets[d] == 0
+        for j in range(last - first):
+            before = offsets[j] - piece.start
+            space = limit - before
+            if space <= 0:
+                return j
+            if self.unit == "tokens":
+                mine = (used + before + min(offsets[j + 1] - offsets[j], space) / 2) / share
+            else:
+                mine = (used + begun + j + 0.5) / share
+            for e, u, rem, s in others:
+                theirs = (u + min(rem, space) / 2) / s if self.unit == "tokens" else (u + rem) / s
+                if mine > theirs or (mine == theirs and e < d):
+                    return j
+        return last - first
+
+    def _run_length(self, piece: Piece, limit: int, first: int, last: int) -> int:
+        """How many of documents ``first..last-1`` the run takes (the last may be cut)."""
+        d, docs = piece.dataset, piece.docs
+        if first >= last:
+            return 0
         starts = docs.offsets[first:last]
         before = starts - piece.start  # tokens of the run before each later document
         space = limit - before
@@ -224,8 +265,7 @@ class Mixer:
             else:
                 theirs = (self.used[e] + (self.offsets[e] == 0) / 2) / share
             wins &= (mine < theirs) if e < d else (mine <= theirs)  # ties go to the lower index
-        k = len(wins) if wins.all() else int(np.argmin(wins))
-        return piece.stop if k == 0 else int(piece.start + before[k - 1] + size[k - 1])
+        return len(wins) if wins.all() else int(np.argmin(wins))
 
     def _cut(self, d: int, limit: int, runs: bool) -> Piece:
         docs, doc = self.heads[d], self.docs[d]
