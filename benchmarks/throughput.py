@@ -185,7 +185,7 @@ def run_one(spec: dict, timeout: float) -> dict | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=8_000_000)
-    parser.add_argument("--stall-tokens", type=int, default=2_000_000)
+    parser.add_argument("--stall-tokens", type=int, default=8_000_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--only", nargs="*", help="systems whose label contains one of these")
     parser.add_argument("--timeout", type=float, default=600)
@@ -278,7 +278,11 @@ def _write(runs, stalls, extras, limit, args) -> None:
             _fmt(wait, "{:.2f} s"), _fmt(rss and rss / 2**30, "{:.2f} GiB"), _fmt(padding, "{:.2%}"),
         ]  # fmt: skip
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    lines += _cores_per_gpu(rows)
     lines += [
+        "",
+        "Restore to first batch at 8 and 64 lanes: `benchmarks/results/restore.txt` "
+        "(`python benchmarks/restore.py`).",
         "",
         "Checkpoint bytes after 40 batches (zephon: per lane, its largest; the others have no lanes:",
         "their whole state for the one rank), JSON or pickle as each system stores it:",
@@ -292,6 +296,31 @@ def _write(runs, stalls, extras, limit, args) -> None:
         json.dump({"runs": runs, "stalls": stalls, "extras": extras, "limit": limit}, f, indent=1)
     _plot(rows, limit, os.path.join(RESULTS, "throughput.png"))
     print("\n".join(lines))
+
+
+# What one GPU consumes, in tokens/s, training common model sizes (public figures):
+# TorchTitan docs/performance.md, Llama 3.1 8B on 8 H100s, FSDP + compile + Float8: 8,532 TPS/GPU;
+# Llama 3.1 405B on 128 H100s, FSDP + TP + Float8 + async TP: 185 TPS/GPU. Nanotron's benchmark
+# logs (huggingface.co/nanotron/old_bench, llama-1B, 8 GPUs, dp-4 tp-2): about 33,300 tokens/s/GPU.
+GPU_TOKENS_PER_S = {"Llama 1B (nanotron, H100)": 33_300, "Llama 3.1 8B (TorchTitan, H100)": 8_532,
+                    "Llama 3.1 405B (TorchTitan, H100)": 185}  # fmt: skip
+
+
+def _cores_per_gpu(rows) -> list[str]:
+    """CPU cores of this machine it takes to keep one GPU fed, per model size."""
+    ours = {name: max((r for r in rows if r[0].startswith("zephon ") and "0.2.0" not in r[0]
+                       and name in r[0]), key=lambda r: r[1], default=None)
+            for name in ("HF tokenizers", "fastokens")}  # fmt: skip
+    lines = ["", "Cores per GPU: what one GPU consumes over this project's best rate per CPU core here", ""]
+    lines += ["| model (source) | GPU tokens/s | " + " | ".join(f"cores per GPU, {n}" for n in ours) + " |"]
+    lines += ["|---|---:|" + "---:|" * len(ours)]
+    for model, gpu in GPU_TOKENS_PER_S.items():
+        cells = [_fmt(r and gpu / (r[1] / CORES), "{:.3f}") for r in ours.values()]
+        lines.append(f"| {model} | {gpu:,} | " + " | ".join(cells) + " |")
+    best = "; ".join(
+        f"{n}: {r[0]}, {r[1] / CORES / 1e6:.2f}M tokens/s per core" for n, r in ours.items() if r
+    )
+    return [*lines, "", f"(best rate per core: {best})"]
 
 
 def _fmt(value, pattern: str) -> str:

@@ -60,6 +60,18 @@ class ChunkStreams:
     def fetch(self, dataset: int, k: int, skip: int = 0) -> Any:
         """The lane's ``k``-th chunk of ``dataset``, tokenized from record ``skip`` on (waits for
         it), or None past the dataset's end."""
+        queue = self._submit(dataset, k, skip)
+        if not queue or k - queue[0][0] >= len(queue):
+            return None
+        return queue[k - queue[0][0]][1].result()
+
+    def prime(self, state: MixState) -> None:
+        """Hand the workers the chunks a lane starting at ``state`` reads first, without waiting."""
+        for d, position in enumerate(state.positions):
+            self._submit(d, position.chunk, position.record)
+
+    def _submit(self, dataset: int, k: int, skip: int) -> deque:
+        """Chunks ``k`` to ``k + depth`` of ``dataset`` on the workers (those not there yet)."""
         queue, end = self.queues[dataset], self.ends[dataset]
         if queue and queue[0][0] > k:
             queue.clear()  # not expected: an earlier chunk than any kept; read it again
@@ -73,9 +85,7 @@ class ChunkStreams:
                 chunk = dataclasses.replace(chunk, skip=skip)
             queue.append((j, self.executor.submit(chunk, (self.window + (j > k), self.lane))))
             j += 1
-        if not queue or k - queue[0][0] >= len(queue):
-            return None
-        return queue[k - queue[0][0]][1].result()
+        return queue
 
     def release(self, state: MixState) -> None:
         """Forget the chunks before ``state``'s positions: the lane will not read them again."""
@@ -108,7 +118,7 @@ class LaneOps:
 
 
 def lane_batches(
-    plan: LanePlan, ops: LaneOps, lane: int, start: LaneState, executor: Executor, depth: int
+    plan: LanePlan, ops: LaneOps, lane: int, start: LaneState, streams: ChunkStreams
 ) -> Iterator[tuple[Batch, int, int, MixState]]:
     """The lane's batches from ``start`` on, each with ``(window, delivered, mixer state at that
     window's start)``: where the lane stands once that batch is delivered.
@@ -116,7 +126,6 @@ def lane_batches(
     The first ``start.delivered`` batches of ``start.window`` are made again and dropped.
     """
     source = plan.source
-    streams = ChunkStreams(plan, lane, executor, depth)
     streams.window = start.window
     max_empty = [2 * plan.chunks_per_lane_epoch(d) + 2 for d in range(len(source.datasets))]
     try:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from zephon.batch import Batch
-from zephon.lanes import lane_batches
+from zephon.lanes import ChunkStreams, lane_batches
 from zephon.ops.containers import sum_counters
 from zephon.runners import LaneDriver, get_runner
 from zephon.state import VERSION, LaneState, check_version, diff
@@ -130,8 +130,12 @@ class _Delivery:
         makers = {}
         for lane in states:
             start = dataclasses.replace(states[lane])
-            makers[lane] = lambda lane=lane, start=start: lane_batches(
-                plan, lane_ops, lane, start, self.executor, depth
+            streams = ChunkStreams(plan, lane, self.executor, depth)
+            if self.runner.background:  # every lane's first chunks go to the workers at once
+                streams.window = start.window
+                streams.prime(start.mix)
+            makers[lane] = lambda lane=lane, start=start, streams=streams: lane_batches(
+                plan, lane_ops, lane, start, streams
             )
         if self.runner.background:
             # a lane hands over a whole window and goes on with the next while that one is consumed
