@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
+from concurrent.futures import BrokenExecutor, Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,9 @@ from zephon.work import LanePlan, Mixer, MixState
 
 
 class ChunkWork:
-    """Consecutive stateless operators fused into one work function: one task per chunk."""
+    """Consecutive stateless operators fused into one work function: one task per chunk. The
+    first is the read (``Read``); an error says where: the file and line or row of the record
+    it came from, where an operator said which record (``zephon_record``), else the chunk."""
 
     def __init__(self, ops: list[WorkOperator], dataset_names: list[str]):
         self.ops, self.names = ops, dataset_names
@@ -39,20 +41,35 @@ class ChunkWork:
             for op in self.ops:
                 unit = op.work(unit)
             return unit
-        except ValueError as e:
-            name = self.names[chunk.dataset]
-            where = f"dataset {name!r} (shard {chunk.shard}, [{chunk.start}, {chunk.stop}))"
+        except Exception as e:
+            where = self.where(chunk, getattr(e, "zephon_record", None))
+            if not isinstance(e, ValueError):
+                e.add_note(where)
+                raise
             error = with_context(e, where)
             if error is e:
                 raise
             raise error from e
 
+    def where(self, chunk: Chunk, record: int | None) -> str:
+        name = self.names[chunk.dataset]
+        if record is not None:
+            read = self.ops[0]
+            try:
+                return f"dataset {name!r}, {read.datasets[chunk.dataset].locate(chunk, record, read.io)}"
+            except Exception:  # the location is a courtesy: the chunk still says where
+                pass
+        return f"dataset {name!r} (shard {chunk.shard}, [{chunk.start}, {chunk.stop}))"
+
 
 class ChunkStreams:
     """A lane's chunks of each dataset, tokenized by the workers up to ``depth`` chunks ahead."""
 
-    def __init__(self, plan: LanePlan, lane: int, executor: Executor, depth: int):
+    def __init__(
+        self, plan: LanePlan, lane: int, executor: Executor, depth: int, timeout: float | None = None
+    ):
         self.plan, self.lane, self.executor, self.depth = plan, lane, executor, depth
+        self.timeout = timeout  # seconds a chunk may take on the workers before it is reported
         self.window = 0  # the window being filled: chunks needed for it go first
         self.queues: list[deque[tuple[int, Future]]] = [deque() for _ in plan.tables]
         self.ends: list[int | None] = [None] * len(plan.tables)  # first chunk number past the end
@@ -63,7 +80,23 @@ class ChunkStreams:
         queue = self._submit(dataset, k, skip)
         if not queue or k - queue[0][0] >= len(queue):
             return None
-        return queue[k - queue[0][0]][1].result()
+        try:
+            return queue[k - queue[0][0]][1].result(timeout=self.timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"lane {self.lane}: {self._where(dataset, k)} has not come back from the workers in "
+                f"{self.timeout:g} s: a worker is stuck (stopped, or swapping?). If a chunk can take "
+                "that long, raise the option worker_timeout"
+            ) from None
+        except BrokenExecutor as e:
+            raise RuntimeError(
+                f"lane {self.lane}: a worker died while on {self._where(dataset, k)} ({e})"
+            ) from e
+
+    def _where(self, dataset: int, k: int) -> str:
+        chunk = self.plan.chunk(dataset, self.lane, k)
+        name = self.plan.source.datasets[dataset].name
+        return f"dataset {name!r} (shard {chunk.shard}, [{chunk.start}, {chunk.stop}))"
 
     def prime(self, state: MixState) -> None:
         """Hand the workers the chunks a lane starting at ``state`` reads first, without waiting."""

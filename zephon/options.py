@@ -14,7 +14,10 @@ SHAPING = ("num_lanes", "chunk_size", "chunk_bytes", "window_rows")
 # Options that change only speed: they may differ between save and restore, and change on a
 # pipeline that holds a run's state. (dp_rank and dp_world_size may differ between save and
 # restore too, but decide which lanes a pipeline's state holds.)
-PERFORMANCE = ("runner", "prefetch", "read_parallelism", "io_options")
+PERFORMANCE = ("runner", "prefetch", "read_parallelism", "io_options", "worker_timeout")
+# Upper bounds, where a larger value would exhaust memory or time before doing anything useful
+LIMITS = {"num_lanes": 1 << 16, "prefetch": 1 << 12, "read_parallelism": 512, "window_rows": 1 << 20,
+          "chunk_size": 1 << 24, "chunk_bytes": 1 << 32}  # fmt: skip
 RENAMED = {
     "flush_every": "flush_every (chunks per window) is gone: windows now end on whole microbatches; "
     "set window_rows (rows per window, a multiple of microbatch_size) or leave it unset",
@@ -30,7 +33,8 @@ class Options:
     window, a multiple of the microbatch size; unset: the shuffle buffer rounded up to whole
     microbatches (one microbatch without a shuffle, 64 rows for best-fit packing).
     ``prefetch``: batches each lane prepares ahead of the consumer. ``read_parallelism``:
-    workers for reading when no later record operator asks for more."""
+    workers for reading when no later record operator asks for more. ``worker_timeout``: seconds a
+    chunk may stay on the workers before a lane reports a stuck worker (an error naming it)."""
 
     num_lanes: int = 1
     dp_rank: int = 0
@@ -41,6 +45,7 @@ class Options:
     window_rows: int | None = None
     prefetch: int = 4
     read_parallelism: int = 1
+    worker_timeout: float = 600.0
     io_options: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -51,6 +56,14 @@ class Options:
                 least = 0 if f.name in ("dp_rank", "read_parallelism") else 1
                 if value < least:
                     raise ValueError(f"option {f.name} must be >= {least}, got {value}")
+                if value > LIMITS.get(f.name, value):
+                    raise ValueError(
+                        f"option {f.name} = {value} is more than zephon takes ({LIMITS[f.name]})"
+                    )
+        if not 0 < self.worker_timeout < float("inf"):
+            raise ValueError(
+                f"option worker_timeout must be a positive number of seconds, got {self.worker_timeout}"
+            )
         if self.runner not in RUNNERS:
             raise ValueError(f"option runner={self.runner!r}: expected one of {sorted(RUNNERS)}")
         if self.num_lanes % self.dp_world_size:

@@ -88,6 +88,12 @@ class Run:
         if changes:
             changed = "; ".join(changes)
             raise ValueError(f"the checkpoint was made with a different recipe; changed: {changed}")
+        strange = sorted(k for k in state["lanes"] if not (k.isdigit() and int(k) < pipeline.opts.num_lanes))
+        if strange:
+            raise ValueError(
+                f"the state holds lanes {strange} that a recipe of {pipeline.opts.num_lanes} lanes does "
+                "not have: it is not this recipe's state"
+            )
         missing = [lane for lane in pipeline.owned_lanes if str(lane) not in state["lanes"]]
         if missing:
             opts = pipeline.opts
@@ -130,7 +136,7 @@ class _Delivery:
         makers = {}
         for lane in states:
             start = dataclasses.replace(states[lane])
-            streams = ChunkStreams(plan, lane, self.executor, depth)
+            streams = ChunkStreams(plan, lane, self.executor, depth, opts.worker_timeout)
             if self.runner.background:  # every lane's first chunks go to the workers at once
                 streams.window = start.window
                 streams.prime(start.mix)
@@ -160,7 +166,10 @@ class _Delivery:
                 continue
             self._delivered(batch, window, delivered, mix)
             yield batch
-        if not self.closed and not any(state.index for state in self.states.values()):
+        if self.closed:
+            return
+        self.close()  # every lane ended: the workers go now, not when the pipeline is dropped
+        if not any(state.index for state in self.states.values()):
             raise ValueError(
                 f"the pipeline ended without a batch: datasets {self.names} hold no usable records "
                 "(blank lines? a filter that drops everything?)"

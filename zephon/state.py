@@ -74,9 +74,10 @@ class LaneState:
         counts = [*state.tokens, *state.documents]
         if len(counts) != 2 * num_datasets or min(state.window, state.delivered, state.index, *counts) < 0:
             raise ValueError(f"malformed lane state {data!r}")
-        if state.delivered > state.index:
+        if state.delivered > state.index or state.window > state.index:
             raise ValueError(
-                f"malformed lane state {data!r}: more batches delivered in the window than in all"
+                f"malformed lane state {data!r}: a window holds at least one batch, so window and "
+                "delivered cannot exceed index"
             )
         return state
 

@@ -5,7 +5,8 @@ made of the file's URL, size and version (ETag, blob id), so a changed file neve
 block. Each entry ends with the SHA-256 of its data: a damaged entry (truncated, corrupted) is
 detected on read, dropped and fetched again. Entries are written to a temporary file and renamed
 into place, so any number of processes may share the folder: readers see whole entries or none.
-When the folder outgrows ``max_bytes``, the least recently used entries are deleted.
+When the folder outgrows ``max_bytes``, the least recently used entries are deleted. The
+checksum covers the entry's key too, so an entry copied over another reads as damaged.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ _DIGEST = 32
 class BlockCache:
     def __init__(self, directory: str, max_bytes: int, block_size: int):
         self.directory, self.max_bytes, self.block_size = directory, max_bytes, block_size
-        os.makedirs(directory, exist_ok=True)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            raise OSError(
+                f"the block cache folder {directory} cannot be made ({e.strerror}): set io_options "
+                '{"cache": {"dir": ...}} to a writable folder'
+            ) from e
         self._lock = threading.Lock()
         self._fetching = [threading.Lock() for _ in range(64)]  # one fetch per block per process
         self._written = 0  # bytes written by this process since its last size check
@@ -84,7 +91,7 @@ class BlockCache:
             self._count(misses=count)
             return None
         data, digest = raw[:-_DIGEST], raw[-_DIGEST:]
-        if len(data) != length or hashlib.sha256(data).digest() != digest:
+        if len(data) != length or _digest(path, data) != digest:
             self._count(misses=count, damaged=True)
             _unlink(path)
             return None
@@ -102,12 +109,18 @@ class BlockCache:
             )
 
     def _store(self, path: str, data: bytes) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.write(hashlib.sha256(data).digest())
-        os.replace(tmp, path)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.write(_digest(path, data))
+            os.replace(tmp, path)
+        except OSError as e:
+            raise OSError(
+                f"cannot write the block cache in {self.directory} ({e.strerror}): set io_options "
+                '{"cache": {"dir": ...}} to a writable folder, or turn the cache off'
+            ) from e
         with self._lock:
             self._written += len(data) + _DIGEST
             due = self._written >= max(self.block_size, self.max_bytes // 16)
@@ -160,3 +173,9 @@ def _runs(blocks: list[int]) -> list[list[int]]:
         else:
             runs.append([b])
     return runs
+
+
+def _digest(path: str, data: bytes) -> bytes:
+    """The checksum of an entry: of its key (its file name) and its bytes, so that an entry
+    copied over another key reads as damaged."""
+    return hashlib.sha256(os.path.basename(path).encode() + b"\0" + data).digest()

@@ -159,6 +159,17 @@ class Dataset:
                 str(e).replace(shard.url, f"{original} (decompressed)")
             ) from None  # the user's file
 
+    def locate(self, chunk: Chunk, record: int, io: IOConfig | None = None) -> str:
+        """Where record ``record`` of ``chunk`` is: its file and line (line formats) or row."""
+        url = self.shards(io)[chunk.shard].url
+        fmt = self.plain_format(io)
+        if fmt.unit == "rows":
+            return f"{url}, row {chunk.start + record}"
+        line = fmt.line_of(
+            self.plain_shards(io)[chunk.shard], chunk.start, chunk.stop, record, self.opener(io)
+        )
+        return f"{url}, line {line}"
+
     def fingerprint(self, io: IOConfig | None = None) -> str:
         """A digest of what shapes this dataset's data: its files (names relative to their
         common folder, sizes, versions) and its settings."""
@@ -192,12 +203,22 @@ def _list_shards(name: str, path: str, storage_options: dict, policy: RetryPolic
     if not infos:
         raise ValueError(f"dataset {name!r}: no data files found at {path}")
     local = get_protocol(path) in ("file", "local")
-    return [
-        Shard(
-            p if local else fs.unstrip_protocol(p), int(infos[p]["size"]), "" if local else _version(infos[p])
-        )
-        for p in sorted(infos)
-    ]
+    if local:
+        return [
+            Shard(p, int(infos[p]["size"]), _local_version(p, int(infos[p]["size"]))) for p in sorted(infos)
+        ]
+    return [Shard(fs.unstrip_protocol(p), int(infos[p]["size"]), _version(infos[p])) for p in sorted(infos)]
+
+
+def _local_version(path: str, size: int, block: int = 64 << 10) -> str:
+    """What identifies a local file's contents, cheaply: a digest of its first, middle and last
+    64 KiB. (Not its modification time: a copy to another machine is the same data.)"""
+    digest = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        for start in sorted({0, max(0, size // 2 - block // 2), max(0, size - block)}):
+            f.seek(start)
+            digest.update(f.read(block))
+    return "sample:" + digest.hexdigest()[:16]
 
 
 def _find(fs, root: str) -> dict | None:

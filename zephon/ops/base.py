@@ -38,8 +38,8 @@ class WorkOperator(Operator):
 
     def __init__(self, parallelism: int | None = None):
         p = self.default_parallelism if parallelism is None else parallelism
-        if not isinstance(p, int) or isinstance(p, bool) or p < 0:
-            raise ValueError(f"{self.kind}: parallelism must be an int >= 0, got {parallelism!r}")
+        if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p <= 512:
+            raise ValueError(f"{self.kind}: parallelism must be an int from 0 to 512, got {parallelism!r}")
         self.parallelism = p
 
     @abstractmethod

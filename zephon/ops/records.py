@@ -90,12 +90,16 @@ class Map(_RecordFunction):
 
     def work(self, block: RecordBlock) -> RecordBlock:
         out = []
-        for r in block.records:
-            new = self.fn(r)
+        for i, r in enumerate(block.records):
+            new = _call(self.fn, r, block, i)
             if not isinstance(new, dict):
-                raise ValueError(
-                    f"map function {function_fingerprint(self.fn).split(':')[0]} returned "
-                    f"{type(new).__name__}, expected a dict record (use .filter to drop records)"
+                raise _about(
+                    block,
+                    i,
+                    ValueError(
+                        f"map function {function_fingerprint(self.fn).split(':')[0]} returned "
+                        f"{type(new).__name__}, expected a dict record (use .filter to drop records)"
+                    ),
                 )
             out.append(new)
         return RecordBlock(block.dataset, out, block.numbers, block.counters)
@@ -107,8 +111,24 @@ class Filter(_RecordFunction):
     kind = "filter"
 
     def work(self, block: RecordBlock) -> RecordBlock:
-        keep = np.fromiter((bool(self.fn(r)) for r in block.records), bool, len(block))
+        keep = np.fromiter(
+            (bool(_call(self.fn, r, block, i)) for i, r in enumerate(block.records)), bool, len(block)
+        )
         kept = [r for r, k in zip(block.records, keep, strict=True) if k]
         counters = dict(block.counters)
         counters["filtered_records"] = counters.get("filtered_records", 0) + len(block) - len(kept)
         return RecordBlock(block.dataset, kept, block.numbers[keep], counters)
+
+
+def _call(fn, record: dict, block: RecordBlock, i: int):
+    """``fn(record)``; an error it raises learns which record of the chunk it was about."""
+    try:
+        return fn(record)
+    except Exception as e:
+        e.zephon_record = int(block.numbers[i])
+        raise
+
+
+def _about(block: RecordBlock, i: int, error: Exception) -> Exception:
+    error.zephon_record = int(block.numbers[i])
+    return error

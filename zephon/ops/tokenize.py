@@ -8,6 +8,11 @@ from zephon.io.tokenizer import TextTokenizer, load_tokenizer
 from zephon.ops.base import WorkOperator
 from zephon.ops.containers import Docs, RecordBlock
 
+# One document's text at most: a tokenizer needs many times a text's size in memory, and a
+# single document this long is almost always a broken record.
+MAX_TEXT = 64 << 20
+_MISSING = object()
+
 
 class Tokenize(WorkOperator):
     """Encodes ``record[field]`` in one batched call per chunk.
@@ -62,7 +67,7 @@ class Tokenize(WorkOperator):
 
     def work(self, block: RecordBlock) -> Docs:
         tok = self.tokenizer()
-        ids, offsets = tok.encode_flat([self._text(r, block) for r in block.records])
+        ids, offsets = tok.encode_flat([self._text(r, block, i) for i, r in enumerate(block.records)])
         lengths = np.diff(offsets)
         keep = lengths > 0
         counters = dict(block.counters)
@@ -73,20 +78,27 @@ class Tokenize(WorkOperator):
                                         tok.eos_id if self.add_eos else None)  # fmt: skip
         return Docs(tokens, offsets, block.numbers[keep], block.dataset, counters)
 
-    def _text(self, record: dict, block: RecordBlock) -> str:
-        try:
-            text = record[self.field]
-        except KeyError:
-            raise ValueError(
-                f"tokenize(field={self.field!r}): a record of dataset #{block.dataset} has no "
-                f"such field; its fields are {sorted(record)}"
-            ) from None
-        if not isinstance(text, str):
-            raise ValueError(
-                f"tokenize(field={self.field!r}): expected a string, got {type(text).__name__} "
-                f"in dataset #{block.dataset} (filter such records out first)"
+    def _text(self, record: dict, block: RecordBlock, i: int) -> str:
+        text = record.get(self.field, _MISSING)
+        if type(text) is str and len(text) <= MAX_TEXT:
+            return text
+        if text is _MISSING:
+            error = ValueError(
+                f"tokenize(field={self.field!r}): the record has no such field; its fields are "
+                f"{sorted(record)}"
             )
-        return text
+        elif not isinstance(text, str):
+            error = ValueError(
+                f"tokenize(field={self.field!r}): expected a string, got {type(text).__name__} "
+                "(filter such records out first)"
+            )
+        else:
+            error = ValueError(
+                f"tokenize(field={self.field!r}): a text of {len(text):,} characters, over the limit of "
+                f"{MAX_TEXT:,} for one document (split it, or filter it out)"
+            )
+        error.zephon_record = int(block.numbers[i])
+        raise error
 
 
 def _with_special(ids: np.ndarray, lengths: np.ndarray, bos: int | None, eos: int | None):

@@ -3,6 +3,11 @@
 Each worker process receives the work function once, when it starts (not once per unit), so
 heavy state such as a tokenizer is loaded once per worker. Workers are started with
 ``forkserver`` (``spawn`` where unavailable): forking a process that runs threads is unsafe.
+
+Workers end when the process that made the pool ends, however it ends (a watcher thread in each
+worker waits on it), so a killed training process leaves no worker behind; the fork server goes
+with its last worker. An error a worker raises reaches the caller even when it cannot travel
+between processes as it is (then as a RuntimeError carrying its text).
 """
 
 from __future__ import annotations
@@ -10,6 +15,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import select
+import threading
+import time
+import traceback
 from concurrent.futures import ProcessPoolExecutor
 
 from zephon.runners.base import Executor, InlineExecutor, Runner
@@ -18,16 +27,54 @@ from zephon.runners.priority import PriorityGate
 _WORK = None  # the work function of this worker process
 
 
-def _install(payload: bytes) -> None:
+def _install(payload: bytes, owner: int) -> None:
     global _WORK
+    _end_with(owner)
     # one thread per worker in the tokenizers' own pools: the runner's parallelism is the knob
     for name in ("FASTOKENS_BPE_THREADS", "RAYON_NUM_THREADS"):
         os.environ.setdefault(name, "1")
     _WORK = pickle.loads(payload)
 
 
+def _end_with(owner: int) -> None:
+    """Exit this worker when process ``owner`` (the one that made the pool) ends. The pool's own
+    pipes don't tell: every worker holds both of their ends, so none sees the owner go."""
+
+    def watch():
+        try:
+            fd = os.pidfd_open(owner)  # Linux 5.3+: readable once the process has ended
+        except (AttributeError, OSError):
+            fd = None
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while _alive(owner):
+                time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="zephon-owner-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _run(unit):
-    return _WORK(unit)
+    try:
+        return _WORK(unit)
+    except BaseException as e:
+        try:
+            pickle.loads(pickle.dumps(e))
+        except Exception:  # it would break the pool on its way back: send its text instead
+            text = "".join(traceback.format_exception_only(type(e), e)).strip()
+            raise RuntimeError(f"{text} (raised in a worker process)") from None
+        raise
 
 
 def check_picklable(work) -> bytes:
@@ -54,7 +101,7 @@ class ProcessExecutor(PriorityGate):
             parallelism,
             mp_context=_context(),
             initializer=_install,
-            initargs=(check_picklable(work),),
+            initargs=(check_picklable(work), os.getpid()),
         )
         super().__init__(
             lambda unit: pool.submit(_run, unit),

@@ -16,3 +16,22 @@ def long_enough(record: dict) -> bool:
 def keeps_most(record: dict) -> bool:
     """Drop the records whose text mentions a number ending in 5."""
     return "5 " not in record["text"]
+
+
+class TwoArgumentError(Exception):
+    """An exception that pickles but cannot be unpickled (its constructor takes two arguments)."""
+
+    def __init__(self, what, where):
+        super().__init__(f"{what} at {where}")
+
+
+def raises_two_argument_error(record: dict) -> dict:
+    """Fail on every record, with an exception that cannot travel back from a worker process."""
+    raise TwoArgumentError("bad record", record.get("id"))
+
+
+def failing_on_seven(record: dict) -> dict:
+    """Fail (KeyError) on the records whose text ends in " 7"."""
+    if record["text"].endswith(" 7"):
+        raise KeyError("seven")
+    return record

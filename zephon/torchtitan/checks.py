@@ -9,11 +9,13 @@ def check_batch_geometry(
     *, num_lanes: int, dp_world_size: int, local_batch_size: int, global_batch_size: int
 ) -> int:
     """Batches each lane gives to one optimizer step; raises if the numbers don't fit."""
+    if local_batch_size < 1:
+        raise ValueError(f"training.local_batch_size = {local_batch_size}: it must be at least 1")
     if num_lanes % dp_world_size:
         raise ValueError(
             f"the data-parallel size is {dp_world_size} but the recipe has num_lanes = {num_lanes}: "
             f"every rank must own the same number of lanes, so num_lanes must be a multiple of the "
-            f"DP size. Use a DP size among {[d for d in range(1, num_lanes + 1) if num_lanes % d == 0]}, "
+            f"DP size. Use a DP size among {divisors(num_lanes)}, "
             "or change num_lanes (that starts a new data order)"
         )
     per_step = num_lanes * local_batch_size
@@ -53,3 +55,9 @@ def check_context_length(recipe, seq_len: int) -> None:
             f"data recipe {recipe.path}: [packing] max_length = {recipe.max_length} but "
             f"training.seq_len = {seq_len}; make them equal (or drop max_length from the recipe)"
         )
+
+
+def divisors(n: int, most: int = 12) -> list[int]:
+    """The smallest ``most`` divisors of ``n`` (found up to its square root, not by trial to n)."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})[:most]

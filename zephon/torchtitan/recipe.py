@@ -169,6 +169,8 @@ def read_toml(path: str, kind: str, home: str) -> dict[str, Any]:
             return tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
             raise ValueError(f"{kind} {path}: {e}") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{kind} {path} is not a TOML text file (not UTF-8)") from None
 
 
 def load_recipe(path: str, overrides: dict[str, dict[str, Any]] | None = None) -> Recipe:

@@ -47,6 +47,13 @@ class _LineFormat(Format):
     def parse(self, line: bytes, columns: tuple[str, ...] | None) -> dict:
         raise NotImplementedError
 
+    def line_of(self, shard: Shard, start: int, stop: int, record: int, opener) -> int:
+        """The 1-based line number of the ``record``-th record (non-blank line) of a chunk."""
+        with opener.open(shard) as f:
+            first, data = _owned_lines(f, start, stop)
+        lines = [n for n, line in enumerate(data.split(b"\n")) if line.strip()]
+        return _line_number(shard, first, opener) + lines[record]
+
     def parse_all(self, data: bytes, columns: tuple[str, ...] | None) -> Records | None:
         """Every record of ``data`` the quick way, or None where a line needs ``parse`` to say
         what is wrong with it."""
@@ -63,6 +70,8 @@ class JsonLinesFormat(_LineFormat):
             record = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"malformed JSON ({e.msg} at column {e.colno})") from None
+        except RecursionError:
+            raise ValueError("JSON nested too deeply to read (thousands of levels)") from None
         if not isinstance(record, dict):
             hint = " (is this a JSON array file? write one object per line)" if line[:1] == b"[" else ""
             raise ValueError(f"expected a JSON object, got {type(record).__name__}{hint}")

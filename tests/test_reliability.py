@@ -1,0 +1,305 @@
+"""Faults and bad input: clear errors that name what to fix, no hangs, no orphans."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from zephon import Dataset, Options, Pipeline
+from zephon.io import DataError
+from zephon.testing import drain, take, write_jsonl
+from zephon.testing.functions import failing_on_seven, raises_two_argument_error, shout
+
+# -- settings and states ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(num_lanes=10**20), r"num_lanes = 10+ is more than zephon takes \(65536\)"),
+        (dict(num_lanes=1_000_000_001), "num_lanes = 1000000001 is more than zephon takes"),
+        (dict(prefetch=10**9), "prefetch = 1000000000 is more than zephon takes"),
+        (dict(window_rows=10**12), "window_rows = 1000000000000 is more than zephon takes"),
+        (dict(worker_timeout=0), "worker_timeout must be a positive number of seconds"),
+    ],
+)
+def test_settings_that_would_exhaust_memory_or_threads_are_refused_by_name(options, message):
+    with pytest.raises(ValueError, match=message):
+        Options(**options)
+
+
+def test_a_huge_parallelism_is_refused_by_name(corpus, gpt2):
+    with pytest.raises(ValueError, match=r"tokenize: parallelism must be an int from 0 to 512"):
+        Pipeline(Dataset.from_path("d", corpus)).tokenize(gpt2, parallelism=10**6)
+
+
+def test_launch_numbers_that_cannot_work_are_named_at_once():
+    from zephon.torchtitan.checks import check_batch_geometry, divisors
+
+    with pytest.raises(ValueError, match=r"training\.local_batch_size = 0: it must be at least 1"):
+        check_batch_geometry(num_lanes=8, dp_world_size=1, local_batch_size=0, global_batch_size=16)
+    with pytest.raises(ValueError, match=r"Use a DP size among \[1, 7, 11, 13, 19, 77, 91, 133"):
+        check_batch_geometry(
+            num_lanes=1_000_000_001, dp_world_size=2, local_batch_size=1, global_batch_size=2
+        )
+    assert divisors(1_000_000_001)[:4] == [1, 7, 11, 13], "found by the square root, not a billion trials"
+
+
+def test_a_binary_file_given_as_a_recipe_is_named(tmp_path):
+    from zephon.torchtitan.recipe import load_recipe
+
+    path = tmp_path / "model.bin"
+    path.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ValueError, match=r"model\.bin is not a TOML text file"):
+        load_recipe(str(path))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s["lanes"]["0"].update(window=10**15), "window and delivered cannot exceed index"),
+        (lambda s: s["lanes"].update({"9": s["lanes"]["0"]}), r"lanes \['9'\] that a recipe of 8 lanes"),
+    ],
+    ids=["window-beyond-index", "lane-beyond-the-recipe"],
+)
+def test_impossible_states_are_refused(make_rank, change, message):
+    pipeline = make_rank(1, 0)
+    take(pipeline, 12)
+    state = json.loads(json.dumps(pipeline.state_dict()))
+    pipeline.close()
+    change(state)
+    with pytest.raises(ValueError, match=message):
+        make_rank(1, 0).load_state_dict(state)
+
+
+# -- bad data -----------------------------------------------------------------------------------
+
+
+def test_a_deeply_nested_json_line_names_the_file_and_line(tmp_path, gpt2):
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"text": "fine"}\n' + '{"a": ' * 100_000 + "1" + "}" * 100_000 + "\n")
+    pipeline = Pipeline(Dataset.from_path("d", str(path))).tokenize(gpt2).pack_flat(8).batch(1)
+    with pytest.raises(DataError, match=r"deep\.jsonl, line 2: JSON nested too deeply"):
+        drain(pipeline, 10)
+
+
+def test_a_cache_folder_that_cannot_be_written_is_named(tmp_path):
+    from zephon.io.cache import BlockCache
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    with pytest.raises(OSError, match=r"block cache folder .*a-file/cache cannot be made.*writable folder"):
+        BlockCache(str(blocked / "cache"), 1 << 20, 4096)
+
+
+def test_an_error_a_worker_process_cannot_send_back_keeps_its_message(corpus, gpt2):
+    ds = Dataset.from_path("synthetic", corpus)
+    pipeline = Pipeline(ds).options(runner="process").map(raises_two_argument_error).tokenize(gpt2)
+    with pytest.raises(RuntimeError) as caught:
+        drain(pipeline.pack_flat(16).batch(1), 1)
+    message = str(caught.value)
+    assert message.startswith("zephon.testing.functions.TwoArgumentError: bad record at 7-0"), message
+    assert "part-0.jsonl, line 1" in message and message.endswith("(raised in a worker process)"), message
+
+
+# -- stuck workers, orphans, leaks ----------------------------------------------------------------
+
+
+def _workers() -> list[psutil.Process]:
+    """This process's live worker processes: the fork server's children (the fork server and
+    the resource tracker are this process's own children)."""
+    live = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and p.ppid() != os.getpid():
+                live.append(p)
+        except psutil.Error:  # it ended meanwhile
+            pass
+    return live
+
+
+def test_a_stopped_worker_is_reported_with_what_it_was_reading(tmp_path, gpt2):
+    write_jsonl(str(tmp_path / "d.jsonl"), [{"text": f"document {i} " * 40} for i in range(4000)])
+    ds = Dataset.from_path("d", str(tmp_path / "d.jsonl"), exhausted="repeat")
+    pipeline = Pipeline(ds).options(runner="process", worker_timeout=2, chunk_bytes=8 << 10)
+    pipeline = pipeline.tokenize(gpt2, parallelism=1).pack_flat(64).batch(1)
+    iterator = iter(pipeline)
+    next(iterator)
+    stopped = _workers()
+    assert stopped, "the process runner has workers"
+    for p in stopped:
+        p.send_signal(signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        message = r"dataset 'd' \(shard 0, .* has not come back from the workers in 2 s"
+        with pytest.raises(TimeoutError, match=message):
+            for _ in range(10**6):
+                next(iterator)
+        print(f"\nreported {time.monotonic() - start:.1f} s after the worker stopped")
+    finally:
+        for p in stopped:
+            p.send_signal(signal.SIGCONT)
+        pipeline.close()
+
+
+_ORPHAN = """
+import os, sys, time, psutil
+from zephon import Dataset, Pipeline
+from zephon.testing import take
+ds = Dataset.from_path("d", sys.argv[1], exhausted="repeat")
+pipeline = Pipeline(ds).options(runner="process").tokenize(sys.argv[2], parallelism=2).pack_flat(64).batch(1)
+take(pipeline, 3)
+print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_worker_processes_die_with_the_pipeline_process(corpus, gpt2, how):
+    child = subprocess.Popen([sys.executable, "-c", _ORPHAN, corpus, gpt2], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in child.stdout.readline().split()]
+    assert len(pids) >= 2, "a fork server and its workers"
+    child.send_signal(how)
+    child.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.1)
+    assert not [pid for pid in pids if _alive(pid)], "processes outlived the pipeline's process"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_finished_run_lets_its_workers_go(tmp_path, gpt2):
+    write_jsonl(str(tmp_path / "d.jsonl"), [{"text": f"document {i} " * 20} for i in range(300)])
+    pipeline = Pipeline(Dataset.from_path("d", str(tmp_path / "d.jsonl"))).options(runner="process")
+    pipeline = pipeline.map(shout).tokenize(gpt2).pack_flat(64).batch(1)
+    assert list(pipeline), "the dataset stops: the run ends"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _workers():
+        time.sleep(0.1)
+    assert not _workers(), "the run ended but its worker processes are still there"
+
+
+def _zephon_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("zephon-")]
+
+
+def test_a_pipeline_dropped_in_the_middle_of_a_run_leaves_no_thread(make_rank):
+    before = _zephon_threads()
+    pipeline = make_rank(1, 0, runner="thread")
+    iterator = iter(pipeline)
+    for _ in range(5):
+        next(iterator)
+    assert len(_zephon_threads()) > len(before)
+    del pipeline, iterator
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(_zephon_threads()) > len(before):
+        time.sleep(0.05)
+    assert _zephon_threads() == before
+
+
+def test_lanes_are_driven_by_one_thread_however_many_there_are(corpus, gpt2):
+    ds = Dataset.from_path("d", corpus, exhausted="repeat")
+    pipeline = Pipeline(ds).options(num_lanes=256, chunk_bytes=1024).tokenize(gpt2).pack_flat(16).batch(1)
+    take(pipeline, 300)
+    assert sum(name == "zephon-lanes" for name in _zephon_threads()) == 1
+    pipeline.close()
+
+
+# -- where a bad record is ------------------------------------------------------------------------
+
+
+def _error_of(pipeline) -> str:
+    with pytest.raises(Exception) as caught:
+        drain(pipeline, 10**6)
+    return " ".join([str(caught.value), *getattr(caught.value, "__notes__", [])])
+
+
+def test_a_record_without_the_field_is_named_by_file_and_line(tmp_path, gpt2):
+    records = [{"text": f"line {i}"} for i in range(500)]
+    records[321] = {"body": "no text here"}
+    path = write_jsonl(str(tmp_path / "d.jsonl"), records)
+    pipeline = (
+        Pipeline(Dataset.from_path("d", path)).options(chunk_bytes=1024).tokenize(gpt2).pack_flat(8).batch(1)
+    )
+    message = _error_of(pipeline)
+    assert "d.jsonl, line 322: tokenize(field='text'): the record has no such field" in message, message
+
+
+def test_a_record_whose_field_is_not_text_is_named_by_file_and_row(tmp_path, gpt2):
+    from zephon.testing import write_parquet
+
+    records = [{"text": f"row {i}"} for i in range(300)]
+    records[200] = {"text": None}
+    path = write_parquet(str(tmp_path / "d.parquet"), records, row_group_size=64)
+    pipeline = (
+        Pipeline(Dataset.from_path("d", path)).options(chunk_size=50).tokenize(gpt2).pack_flat(8).batch(1)
+    )
+    message = _error_of(pipeline)
+    assert "d.parquet, row 200: tokenize(field='text'): expected a string, got NoneType" in message, message
+
+
+@pytest.mark.parametrize("runner", ["thread", "process"])
+def test_a_map_function_error_keeps_its_type_and_says_which_record(tmp_path, gpt2, runner):
+    path = write_jsonl(str(tmp_path / "d.jsonl"), [{"text": f"line {i}"} for i in range(20)])
+    pipeline = Pipeline(Dataset.from_path("d", path)).options(runner=runner).map(failing_on_seven)
+    with pytest.raises(KeyError) as caught:
+        drain(pipeline.tokenize(gpt2).pack_flat(8).batch(1), 100)
+    assert any("d.jsonl, line 8" in note for note in getattr(caught.value, "__notes__", [])), caught.value
+
+
+# -- data that changed ----------------------------------------------------------------------------
+
+
+def test_a_local_file_replaced_by_a_same_size_reordered_copy_is_refused_on_restore(tmp_path, gpt2):
+    lines = [json.dumps({"text": f"document number {i:05d} " * 8}) for i in range(3000)]
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    def make():
+        ds = Dataset.from_path("d", str(path), exhausted="repeat")
+        return Pipeline(ds).options(num_lanes=2).tokenize(gpt2).pack_flat(32).batch(2)
+
+    pipeline = make()
+    take(pipeline, 10)
+    state = pipeline.state_dict()
+    pipeline.close()
+    size = path.stat().st_size
+    path.write_text("\n".join(reversed(lines)) + "\n")
+    assert path.stat().st_size == size
+    with pytest.raises(ValueError, match=r"different recipe; changed: source\.datasets\.d"):
+        make().load_state_dict(state)
+
+
+def test_a_cache_entry_copied_over_another_key_is_fetched_again(tmp_path):
+    import shutil
+
+    from zephon.io.cache import BlockCache
+
+    data = bytes(range(256)) * 64  # 16 KiB: four blocks of 4 KiB
+    cache, fetched = BlockCache(str(tmp_path), 1 << 20, 4096), []
+
+    def fetch(a, b):
+        fetched.append((a, b))
+        return data[a:b]
+
+    cache.read("u", len(data), "v1", 0, 8192, fetch)
+    shutil.copyfile(cache._path("u", len(data), "v1", 1), cache._path("u", len(data), "v1", 0))
+    fetched.clear()
+    assert cache.read("u", len(data), "v1", 0, 4096, fetch) == data[:4096]
+    assert fetched == [(0, 4096)] and cache.damaged == 1
