@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -303,3 +304,116 @@ def test_a_cache_entry_copied_over_another_key_is_fetched_again(tmp_path):
     fetched.clear()
     assert cache.read("u", len(data), "v1", 0, 4096, fetch) == data[:4096]
     assert fetched == [(0, 4096)] and cache.damaged == 1
+
+
+# -- on_error="skip" ------------------------------------------------------------------------------
+
+
+def _corpus_with_bad_records(folder) -> tuple[str, list[int]]:
+    """Three shards of real-looking records with four bad lines among them: a malformed line,
+    one without the field, one whose field is a number and one the map function fails on.
+    Returns the folder and the bad lines' numbers (1-based) in part-1.jsonl."""
+    from zephon.testing import synthetic_documents
+
+    docs = [d for d in synthetic_documents(1000, seed=3) if not d["text"].endswith(" 7")][:900]
+    bad = {40: "{not json", 170: json.dumps({"body": "no text"}), 260: json.dumps({"text": 12}),
+           290: json.dumps({"text": "this one fails in the map 7"})}  # fmt: skip
+    for part in range(3):
+        lines = [json.dumps(d) for d in docs[part * 300 : (part + 1) * 300]]
+        if part == 1:
+            for line, text in bad.items():
+                lines.insert(line - 1, text)
+        (folder / f"part-{part}.jsonl").write_text("\n".join(lines) + "\n")
+    return str(folder), sorted(bad)
+
+
+def _skipping(folder: str, gpt2, world=1, rank=0, **options):
+    ds = Dataset.from_path("d", folder, exhausted="repeat", on_error="skip")
+    return (
+        Pipeline(ds)
+        .options(dp_rank=rank, dp_world_size=world, num_lanes=4, chunk_bytes=4096, **options)
+        .map(failing_on_seven)
+        .tokenize(gpt2)
+        .pack_flat(max_length=64)
+        .shuffle(buffer_size=8, seed=1)
+        .batch(microbatch_size=2)
+    )
+
+
+@pytest.mark.parametrize("runner", ["inline", "process"])
+def test_skipped_records_are_named_counted_and_left_out(tmp_path, gpt2, caplog, runner):
+    folder, bad_lines = _corpus_with_bad_records(tmp_path)
+    raising = Pipeline(Dataset.from_path("d", folder)).options(num_lanes=4, chunk_bytes=4096)
+    message = _error_of(raising.tokenize(gpt2).pack_flat(64).batch(2))
+    first = re.search(r"part-1\.jsonl, line (\d+): ", message)
+    assert first and int(first.group(1)) in bad_lines[:3]  # (the fourth fails only in the map)
+    pipeline = _skipping(folder, gpt2, runner=runner)
+    with caplog.at_level("WARNING", logger="zephon"):
+        drain(pipeline, 1500)  # more than one epoch (about 740 batches): every record is read
+    stats = pipeline.stats()
+    assert stats["counters"]["skipped_records"] >= 4
+    if runner == "inline":  # (worker processes log to their own stderr)
+        named = " ".join(r.getMessage() for r in caplog.records)
+        for line in bad_lines:
+            assert f"part-1.jsonl, line {line}:" in named, named
+        assert "part-1.jsonl, line 41:" not in named  # the good line after the malformed one
+    state = pipeline.state_dict()
+    assert (
+        sum(lane["counters"]["skipped_records"] for lane in state["lanes"].values())
+        == (stats["counters"]["skipped_records"])
+    )
+
+
+def test_an_epoch_skips_exactly_the_bad_records_and_keeps_every_good_one(tmp_path, gpt2):
+    folder, _ = _corpus_with_bad_records(tmp_path)
+    ds = Dataset.from_path("d", folder, on_error="skip")
+    pipeline = Pipeline(ds).options(num_lanes=4, chunk_bytes=4096).map(failing_on_seven).tokenize(gpt2)
+    pipeline = pipeline.pack_flat(max_length=64).batch(microbatch_size=2)
+    drain(pipeline, 10**6)
+    stats = pipeline.stats()
+    assert stats["counters"]["skipped_records"] == 4
+    assert stats["documents"]["d"] == 900
+
+
+def test_skipping_is_the_same_on_any_dp_size_and_across_resumes(tmp_path, gpt2):
+    from zephon.testing import run_job
+
+    folder, _ = _corpus_with_bad_records(tmp_path)
+
+    def make(world, rank):
+        return _skipping(folder, gpt2, world, rank)
+
+    whole, end = run_job(make, 1, 40, 1)
+    first, state = run_job(make, 2, 13, 1)
+    second, state = run_job(make, 4, 27, 1, state)
+    assert {**first, **second} == whole
+    assert state["lanes"] == end["lanes"]  # counters of skipped records included
+    skipped = sum(lane["counters"].get("skipped_records", 0) for lane in end["lanes"].values())
+    assert skipped >= 2  # the run crossed some of them
+
+
+def test_on_error_takes_only_raise_or_skip_and_is_part_of_the_recipe(tmp_path):
+    path = write_jsonl(str(tmp_path / "d.jsonl"), [{"text": "a b c"}] * 4)
+    with pytest.raises(ValueError, match=r"'d': on_error='ignore', expected one of \('raise', 'skip'\)"):
+        Dataset.from_path("d", path, on_error="ignore")
+    raising, skipping = (Dataset.from_path("d", path, on_error=e).fingerprint() for e in ("raise", "skip"))
+    assert raising != skipping
+
+
+def test_a_text_over_the_size_limit_is_named_or_skipped(tmp_path, gpt2, monkeypatch):
+    from zephon.ops import tokenize
+
+    monkeypatch.setattr(tokenize, "MAX_TEXT", 1000)
+    records = [{"text": f"line {i}"} for i in range(50)]
+    records[30] = {"text": "word " * 400}
+    path = write_jsonl(str(tmp_path / "d.jsonl"), records)
+    for on_error in ("raise", "skip"):
+        ds = Dataset.from_path("d", path, on_error=on_error)
+        pipeline = Pipeline(ds).options(runner="inline").tokenize(gpt2).pack_flat(8).batch(1)
+        if on_error == "raise":
+            message = _error_of(pipeline)
+            expected = "line 31: tokenize(field='text'): a text of 2,000 characters, over the limit of 1,000"
+            assert f"d.jsonl, {expected}" in message, message
+        else:
+            drain(pipeline, 10**6)
+            assert pipeline.stats()["counters"]["skipped_records"] == 1

@@ -223,3 +223,17 @@ def test_a_recipe_that_does_not_fit_the_model_fails_at_launch(tmp_path, gpt2, ch
         ZephonConfigManager().parse_args(
             ["--job.config_file", _job(tmp_path, ""), "--dataloader.recipe", recipe]
         )
+
+
+def test_a_recipe_sets_on_error_per_dataset_and_a_wrong_value_is_named(tmp_path):
+    from zephon.testing.jobs import recipe_copy
+    from zephon.torchtitan.recipe import build_pipeline
+
+    geometry = dict(dp_rank=0, dp_world_size=1, seq_len=64, microbatch_size=2)
+    line = 'exhausted = "repeat"'
+    skipping = recipe_copy(str(tmp_path), **{line: line + '\non_error = "skip"'})
+    pipeline = build_pipeline(load_recipe(skipping), **geometry)
+    assert [d.on_error for d in pipeline.source.datasets] == ["skip"]
+    wrong = recipe_copy(str(tmp_path), **{line: line + '\non_error = "warn"'})
+    with pytest.raises(ValueError, match=r"'kjv': on_error='warn', expected one of \('raise', 'skip'\)"):
+        build_pipeline(load_recipe(wrong), **geometry)

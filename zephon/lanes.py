@@ -12,6 +12,8 @@ window start plus the batches of that window already delivered.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import BrokenExecutor, Future
@@ -26,6 +28,8 @@ from zephon.runners import Executor
 from zephon.state import LaneState
 from zephon.work import LanePlan, Mixer, MixState
 
+log = logging.getLogger(__name__)
+
 
 class ChunkWork:
     """Consecutive stateless operators fused into one work function: one task per chunk. The
@@ -34,12 +38,17 @@ class ChunkWork:
 
     def __init__(self, ops: list[WorkOperator], dataset_names: list[str]):
         self.ops, self.names = ops, dataset_names
+        self.skips = _SkipLog()
 
     def __call__(self, chunk: Chunk) -> Any:
         try:
             unit = chunk
             for op in self.ops:
                 unit = op.work(unit)
+            if getattr(unit, "skipped", None):
+                for record, why in unit.skipped:
+                    self.skips.report(chunk, record, why, self.where)
+                unit.skipped = []
             return unit
         except Exception as e:
             where = self.where(chunk, getattr(e, "zephon_record", None))
@@ -60,6 +69,32 @@ class ChunkWork:
             except Exception:  # the location is a courtesy: the chunk still says where
                 pass
         return f"dataset {name!r} (shard {chunk.shard}, [{chunk.start}, {chunk.stop}))"
+
+
+class _SkipLog:
+    """Warnings for skipped records (``on_error="skip"``): the first ``most`` of a run in each
+    process, each naming its file and line or row; after that only ``stats()`` counts them."""
+
+    def __init__(self, most: int = 20):
+        self.most, self.count, self.lock = most, 0, threading.Lock()
+
+    def __getstate__(self):
+        return self.most
+
+    def __setstate__(self, most):
+        self.__init__(most)
+
+    def report(self, chunk: Chunk, record: int, why: str, where) -> None:
+        with self.lock:
+            self.count += 1
+            count = self.count
+        if count <= self.most:
+            log.warning("skipped a bad record: %s: %s", where(chunk, record), why)
+        if count == self.most:
+            log.warning(
+                "further skipped records are not logged one by one: stats()['counters']"
+                "['skipped_records'] counts them"
+            )
 
 
 class ChunkStreams:

@@ -19,6 +19,7 @@ from zephon.progress import Progress
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 EXHAUSTED = ("stop", "repeat")
+ON_ERROR = ("raise", "skip")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,11 @@ class Dataset:
     - ``exhausted``: what a lane does when this dataset runs out: ``"stop"`` ends the lane,
       ``"repeat"`` starts a new epoch with a new permutation of the chunks.
     - ``columns``: read only these fields of each record.
+    - ``on_error``: what a bad record (a malformed line, a missing or non-text field, a text
+      over the size limit, a map or filter function that raises on it) does: ``"raise"`` stops
+      the run with an error naming its file and line or row; ``"skip"`` leaves it out, logs a
+      warning naming it and counts it (``skipped_records`` in ``stats()`` and the state). A
+      record is skipped or not by what it contains, so a resumed run skips the same ones.
     """
 
     name: str
@@ -41,6 +47,7 @@ class Dataset:
     exhausted: str = "stop"
     columns: tuple[str, ...] | None = None
     storage_options: dict = field(default_factory=dict, compare=False)
+    on_error: str = "raise"
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -53,15 +60,18 @@ class Dataset:
         exhausted: str = "stop",
         columns: list[str] | tuple[str, ...] | None = None,
         storage_options: dict | None = None,
+        on_error: str = "raise",
     ) -> Dataset:
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(f"dataset name {name!r} is not valid: use letters, digits, '_', '-' and '.'")
         if exhausted not in EXHAUSTED:
             raise ValueError(f"dataset {name!r}: exhausted={exhausted!r}, expected one of {EXHAUSTED}")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"dataset {name!r}: on_error={on_error!r}, expected one of {ON_ERROR}")
         if format is not None:
             format_for(format, None)  # validates the name
         cols = tuple(columns) if columns is not None else None
-        return cls(name, str(path), format, exhausted, cols, dict(storage_options or {}))
+        return cls(name, str(path), format, exhausted, cols, dict(storage_options or {}), on_error)
 
     # -- resolution -------------------------------------------------------------------------
 
@@ -148,16 +158,18 @@ class Dataset:
         return fmt if fmt.compression is None else format_for(fmt.name, None)
 
     def read(self, chunk: Chunk, io: IOConfig | None = None) -> Records:
-        shard = self.plain_shards(io)[chunk.shard]
+        """The records of ``chunk``; with ``on_error="skip"``, a ``BadRecord`` in place of each
+        one that cannot be read."""
+        shard, fmt = self.plain_shards(io)[chunk.shard], self.plain_format(io)
         try:
-            return self.plain_format(io).read(shard, chunk.start, chunk.stop, self.columns, self.opener(io))
+            skip = self.on_error == "skip"
+            return fmt.read(shard, chunk.start, chunk.stop, self.columns, self.opener(io), skip)
         except DataError as e:
             original = self.shards(io)[chunk.shard].url
             if original == shard.url:
                 raise
-            raise DataError(
-                str(e).replace(shard.url, f"{original} (decompressed)")
-            ) from None  # the user's file
+            # name the user's file, not the decompressed copy
+            raise DataError(str(e).replace(shard.url, f"{original} (decompressed)")) from None
 
     def locate(self, chunk: Chunk, record: int, io: IOConfig | None = None) -> str:
         """Where record ``record`` of ``chunk`` is: its file and line (line formats) or row."""
@@ -178,6 +190,8 @@ class Dataset:
         content = [(s.url[len(root) :], s.size, s.version) for s in shards]
         # the path itself is left out: the same files mounted elsewhere are the same data
         settings = [self.name, repr(self.file_format(io)), self.exhausted, self.columns]
+        if self.on_error != "raise":  # (left out by default: fingerprints made before it stay valid)
+            settings.append(self.on_error)
         return hashlib.sha256(json.dumps([settings, content]).encode()).hexdigest()[:16]
 
     def __getstate__(self):

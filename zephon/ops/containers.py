@@ -16,12 +16,26 @@ PAD_SOURCE = -1  # the `sources` value of padding tokens
 @dataclass(slots=True)
 class RecordBlock:
     """The records of one chunk of dataset ``dataset``; ``numbers``: each one's place among the
-    chunk's records (filters leave gaps)."""
+    chunk's records (filters and skipped records leave gaps). ``skip_bad``: the dataset skips
+    bad records (``on_error="skip"``) instead of raising; ``skipped``: those skipped so far, as
+    (place in the chunk, why)."""
 
     dataset: int
     records: list[dict]
     numbers: np.ndarray  # int64 [n]
     counters: dict[str, int] = field(default_factory=dict)
+    skip_bad: bool = False
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+    def without(self, bad: dict[int, str], counters: dict[str, int] | None = None) -> RecordBlock:
+        """This block less the records at positions ``bad`` (position: why), counted as skipped."""
+        keep = np.ones(len(self.records), bool)
+        keep[list(bad)] = False
+        counters = dict(self.counters if counters is None else counters)
+        counters["skipped_records"] = counters.get("skipped_records", 0) + len(bad)
+        skipped = self.skipped + [(int(self.numbers[i]), why) for i, why in bad.items()]
+        records = [r for r, k in zip(self.records, keep, strict=True) if k]
+        return RecordBlock(self.dataset, records, self.numbers[keep], counters, self.skip_bad, skipped)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -38,6 +52,7 @@ class Docs:
     records: np.ndarray  # int64 [n]
     dataset: int
     counters: dict[str, int] = field(default_factory=dict)
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # as RecordBlock's
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

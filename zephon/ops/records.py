@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import pickle
 import re
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from zephon.io import Chunk, Dataset
+from zephon.io.formats import BadRecord
 from zephon.io.remote import IOConfig
 from zephon.ops.base import WorkOperator
 from zephon.ops.containers import RecordBlock
@@ -28,8 +30,14 @@ class Read(WorkOperator):
         self.datasets, self.io = datasets, io
 
     def work(self, chunk: Chunk) -> RecordBlock:
-        records = self.datasets[chunk.dataset].read(chunk, self.io)[chunk.skip :]
-        return RecordBlock(chunk.dataset, records, np.arange(chunk.skip, chunk.skip + len(records)))
+        dataset = self.datasets[chunk.dataset]
+        records = dataset.read(chunk, self.io)[chunk.skip :]
+        numbers = np.arange(chunk.skip, chunk.skip + len(records))
+        block = RecordBlock(chunk.dataset, records, numbers, skip_bad=dataset.on_error == "skip")
+        if not block.skip_bad:
+            return block
+        bad = {i: r.message for i, r in enumerate(records) if isinstance(r, BadRecord)}
+        return block.without(bad) if bad else block
 
     def params(self) -> dict:
         return {}
@@ -89,20 +97,18 @@ class Map(_RecordFunction):
     kind = "map"
 
     def work(self, block: RecordBlock) -> RecordBlock:
-        out = []
-        for i, r in enumerate(block.records):
-            new = _call(self.fn, r, block, i)
-            if not isinstance(new, dict):
-                raise _about(
-                    block,
-                    i,
-                    ValueError(
-                        f"map function {function_fingerprint(self.fn).split(':')[0]} returned "
-                        f"{type(new).__name__}, expected a dict record (use .filter to drop records)"
-                    ),
-                )
-            out.append(new)
-        return RecordBlock(block.dataset, out, block.numbers, block.counters)
+        out, bad = _each(self._map, block)
+        mapped = RecordBlock(block.dataset, out, block.numbers, block.counters, block.skip_bad, block.skipped)
+        return mapped.without(bad) if bad else mapped
+
+    def _map(self, record: dict) -> dict:
+        new = self.fn(record)
+        if not isinstance(new, dict):
+            raise ValueError(
+                f"map function {function_fingerprint(self.fn).split(':')[0]} returned "
+                f"{type(new).__name__}, expected a dict record (use .filter to drop records)"
+            )
+        return new
 
 
 class Filter(_RecordFunction):
@@ -111,24 +117,29 @@ class Filter(_RecordFunction):
     kind = "filter"
 
     def work(self, block: RecordBlock) -> RecordBlock:
-        keep = np.fromiter(
-            (bool(_call(self.fn, r, block, i)) for i, r in enumerate(block.records)), bool, len(block)
-        )
+        verdicts, bad = _each(lambda r: bool(self.fn(r)), block)
+        if bad:
+            block = block.without(bad)
+            verdicts = [v for i, v in enumerate(verdicts) if i not in bad]
+        keep = np.array(verdicts, bool)
         kept = [r for r, k in zip(block.records, keep, strict=True) if k]
         counters = dict(block.counters)
         counters["filtered_records"] = counters.get("filtered_records", 0) + len(block) - len(kept)
-        return RecordBlock(block.dataset, kept, block.numbers[keep], counters)
+        return RecordBlock(block.dataset, kept, block.numbers[keep], counters, block.skip_bad, block.skipped)
 
 
-def _call(fn, record: dict, block: RecordBlock, i: int):
-    """``fn(record)``; an error it raises learns which record of the chunk it was about."""
-    try:
-        return fn(record)
-    except Exception as e:
-        e.zephon_record = int(block.numbers[i])
-        raise
-
-
-def _about(block: RecordBlock, i: int, error: Exception) -> Exception:
-    error.zephon_record = int(block.numbers[i])
-    return error
+def _each(fn, block: RecordBlock) -> tuple[list, dict[int, str]]:
+    """``fn`` on every record of ``block``: (its results, the records it raised on as position:
+    why). Those are collected where the block skips bad records; otherwise the first error is
+    raised, knowing which record of the chunk it was about (``zephon_record``)."""
+    out, bad = [], {}
+    for i, r in enumerate(block.records):
+        try:
+            out.append(fn(r))
+        except Exception as e:
+            if not block.skip_bad:
+                e.zephon_record = int(block.numbers[i])
+                raise
+            bad[i] = "".join(traceback.format_exception_only(type(e), e)).strip()
+            out.append(None)
+    return out, bad

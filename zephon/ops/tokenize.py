@@ -8,9 +8,10 @@ from zephon.io.tokenizer import TextTokenizer, load_tokenizer
 from zephon.ops.base import WorkOperator
 from zephon.ops.containers import Docs, RecordBlock
 
-# One document's text at most: a tokenizer needs many times a text's size in memory, and a
-# single document this long is almost always a broken record.
-MAX_TEXT = 64 << 20
+# One document's text at most, in characters (8 Mi: longer than any book): a tokenizer needs
+# about 160 bytes of memory per character of one text, and a single document this long is
+# almost always a broken record.
+MAX_TEXT = 8 << 20
 _MISSING = object()
 
 
@@ -67,7 +68,20 @@ class Tokenize(WorkOperator):
 
     def work(self, block: RecordBlock) -> Docs:
         tok = self.tokenizer()
-        ids, offsets = tok.encode_flat([self._text(r, block, i) for i, r in enumerate(block.records)])
+        texts, bad = [], {}
+        for i, r in enumerate(block.records):
+            text = r.get(self.field, _MISSING)
+            if type(text) is str and len(text) <= MAX_TEXT:
+                texts.append(text)
+                continue
+            error = self._problem(text, r)
+            if not block.skip_bad:
+                error.zephon_record = int(block.numbers[i])
+                raise error
+            bad[i] = str(error)
+        if bad:
+            block = block.without(bad)
+        ids, offsets = tok.encode_flat(texts)
         lengths = np.diff(offsets)
         keep = lengths > 0
         counters = dict(block.counters)
@@ -76,29 +90,24 @@ class Tokenize(WorkOperator):
             ids, lengths = ids[np.repeat(keep, lengths)], lengths[keep]
         tokens, offsets = _with_special(ids, lengths, tok.bos_id if self.add_bos else None,
                                         tok.eos_id if self.add_eos else None)  # fmt: skip
-        return Docs(tokens, offsets, block.numbers[keep], block.dataset, counters)
+        return Docs(tokens, offsets, block.numbers[keep], block.dataset, counters, block.skipped)
 
-    def _text(self, record: dict, block: RecordBlock, i: int) -> str:
-        text = record.get(self.field, _MISSING)
-        if type(text) is str and len(text) <= MAX_TEXT:
-            return text
+    def _problem(self, text, record: dict) -> ValueError:
+        """What is wrong with ``record[self.field]`` (``text``) as a document."""
         if text is _MISSING:
-            error = ValueError(
+            return ValueError(
                 f"tokenize(field={self.field!r}): the record has no such field; its fields are "
                 f"{sorted(record)}"
             )
-        elif not isinstance(text, str):
-            error = ValueError(
+        if not isinstance(text, str):
+            return ValueError(
                 f"tokenize(field={self.field!r}): expected a string, got {type(text).__name__} "
                 "(filter such records out first)"
             )
-        else:
-            error = ValueError(
-                f"tokenize(field={self.field!r}): a text of {len(text):,} characters, over the limit of "
-                f"{MAX_TEXT:,} for one document (split it, or filter it out)"
-            )
-        error.zephon_record = int(block.numbers[i])
-        raise error
+        return ValueError(
+            f"tokenize(field={self.field!r}): a text of {len(text):,} characters, over the limit of "
+            f"{MAX_TEXT:,} for one document (split it, or filter it out)"
+        )
 
 
 def _with_special(ids: np.ndarray, lengths: np.ndarray, bos: int | None, eos: int | None):

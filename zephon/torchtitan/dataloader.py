@@ -86,7 +86,7 @@ class ZephonDataLoader(BaseDataLoader):
 
     def __iter__(self):
         per_step = self.per_lane * len(self.pipeline.owned_lanes)  # this rank's batches per step
-        step_batches = []
+        step_batches, skipped = [], 0
         for batch in self.pipeline:
             t = batch.to_training()
             inputs = {
@@ -95,10 +95,23 @@ class ZephonDataLoader(BaseDataLoader):
             }
             step_batches.append((batch.lane, batch.index, batch.digest()))
             if len(step_batches) == per_step:
+                step = batch.index // self.per_lane + 1
                 if self.digests is not None:  # every rank gets here at the same microbatch
-                    self.digests.write(batch.index // self.per_lane + 1, step_batches)
+                    self.digests.write(step, step_batches)
                 step_batches = []
+                skipped = self._report_skipped(step, skipped)
             yield inputs, torch.from_numpy(t["labels"])
+
+    def _report_skipped(self, step: int, before: int) -> int:
+        """Logs the bad records skipped (``on_error = "skip"``) by this rank's lanes so far, when
+        their number grew during ``step``; returns it."""
+        now = self.pipeline.stats()["counters"].get("skipped_records", 0)
+        if now > before:
+            log.warning(
+                "zephon: step %d: %d bad records skipped so far by rank %d's lanes (on_error = \"skip\"; "
+                "the warnings above name them)", step, now, self.dp_rank,
+            )  # fmt: skip
+        return now
 
     # -- checkpoint state -------------------------------------------------------------------
 

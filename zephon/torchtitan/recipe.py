@@ -28,6 +28,7 @@ relative to the recipe if such a file or folder exists, else a hub id or tiktoke
     path = "hf://Salesforce/wikitext/wikitext-103-raw-v1/train"
     weight = 0.5                 # mixture weight (needed with several datasets)
     exhausted = "repeat"         # stop | repeat
+    on_error = "raise"           # raise | skip: a bad record stops the run, or is skipped and counted
     format = "parquet"           # optional; from the file names by default
     columns = ["text"]           # optional
     storage_options = {}         # optional, for fsspec URLs
@@ -86,6 +87,7 @@ class DatasetTable:
     path: str = ""
     weight: float = 1.0
     exhausted: str = "stop"
+    on_error: str = "raise"
     format: str | None = None
     columns: list | None = None
     storage_options: dict | None = None
@@ -236,6 +238,7 @@ def build_pipeline(
             recipe.resolve(d["path"]),
             format=d.get("format"),
             exhausted=d.get("exhausted", "stop"),
+            on_error=d.get("on_error", "raise"),
             columns=d.get("columns"),
             storage_options=d.get("storage_options"),
         )

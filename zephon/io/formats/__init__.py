@@ -1,12 +1,13 @@
 """File formats: how a shard is planned into chunks and how a chunk is read into records."""
 
 from zephon.io.formats.arrow import ArrowFormat
-from zephon.io.formats.base import DataError, Format, Records
+from zephon.io.formats.base import BadRecord, DataError, Format, Records
 from zephon.io.formats.lines import JsonLinesFormat, TextFormat
 from zephon.io.formats.parquet import ParquetFormat
 
 __all__ = [
     "ArrowFormat",
+    "BadRecord",
     "DataError",
     "Format",
     "JsonLinesFormat",

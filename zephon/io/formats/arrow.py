@@ -52,7 +52,7 @@ class ArrowFormat(Format):
             start += batch.num_rows
         return ranges
 
-    def read(self, shard, start, stop, columns, opener) -> Records:
+    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> Records:
         offset = 0
         for batch in _batches(shard, opener):
             if offset <= start < offset + batch.num_rows:

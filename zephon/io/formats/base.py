@@ -16,6 +16,15 @@ class DataError(ValueError):
     """Malformed data: the message names the file and the place in it."""
 
 
+class BadRecord:
+    """In place of a record that cannot be read, where bad records are skipped: why."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str):
+        self.message = message
+
+
 class Format(ABC):
     """Plans one shard into chunk ranges and reads a chunk into records.
 
@@ -42,9 +51,18 @@ class Format(ABC):
         return None
 
     @abstractmethod
-    def read(self, shard: Shard, start: int, stop: int, columns: tuple[str, ...] | None, opener) -> Records:
+    def read(
+        self,
+        shard: Shard,
+        start: int,
+        stop: int,
+        columns: tuple[str, ...] | None,
+        opener,
+        skip_bad: bool = False,
+    ) -> Records:
         """The records of ``[start, stop)`` of ``shard``; ``opener`` (a zephon.io.remote.Opener)
-        opens files, local or remote."""
+        opens files, local or remote. A record that cannot be read raises a DataError, or with
+        ``skip_bad`` is a ``BadRecord`` in the list (row formats have no such records)."""
 
     def __repr__(self) -> str:
         return f"{self.name}" + (f"+{self.compression}" if self.compression else "")

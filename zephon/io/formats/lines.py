@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from zephon.io.chunks import Shard, split_range
-from zephon.io.formats.base import DataError, Format, Records
+from zephon.io.formats.base import BadRecord, DataError, Format, Records
 
 _TAIL = 64 << 10  # read-ahead to finish a chunk's last line
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())
@@ -27,21 +27,24 @@ class _LineFormat(Format):
         assert not self.compression, "compressed files are planned through their plain copy"
         return split_range(0, shard.size, chunk_bytes)
 
-    def read(self, shard, start, stop, columns, opener) -> Records:
+    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> Records:
         assert not self.compression, "compressed files are read through their plain copy"
         with opener.open(shard) as f:
             first, data = _owned_lines(f, start, stop)
         records = self.parse_all(data, columns)
         if records is not None:
             return records
-        records = []  # a line the quick path does not take: find it and say what is wrong
+        records, base = [], None  # a line the quick path does not take: find it and say what is wrong
         for number, line in enumerate(data.split(b"\n")):
             if line.strip():
                 try:
                     records.append(self.parse(line, columns))
                 except (ValueError, UnicodeDecodeError) as e:
-                    lineno = _line_number(shard, first, opener) + number
-                    raise DataError(f"{shard.url}, line {lineno}: {e}") from None
+                    if skip_bad:
+                        records.append(BadRecord(str(e)))
+                        continue
+                    base = _line_number(shard, first, opener) if base is None else base
+                    raise DataError(f"{shard.url}, line {base + number}: {e}") from None
         return records
 
     def parse(self, line: bytes, columns: tuple[str, ...] | None) -> dict:

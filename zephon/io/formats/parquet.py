@@ -50,7 +50,7 @@ class ParquetFormat(Format):
             ranges += split_range(start, stop, step)
         return ranges
 
-    def read(self, shard, start, stop, columns, opener) -> Records:
+    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> Records:
         bounds = row_group_bounds(self.footer(shard, opener))
         group = next(i for i, (a, b) in enumerate(bounds) if a <= start < b)
         table = self._row_group(shard, group, columns, opener)
