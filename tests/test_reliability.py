@@ -68,9 +68,10 @@ def test_a_binary_file_given_as_a_recipe_is_named(tmp_path):
     ("change", "message"),
     [
         (lambda s: s["lanes"]["0"].update(window=10**15), "window and delivered cannot exceed index"),
+        (lambda s: s["lanes"]["0"].update(delivered=10**6), "window and delivered cannot exceed index"),
         (lambda s: s["lanes"].update({"9": s["lanes"]["0"]}), r"lanes \['9'\] that a recipe of 8 lanes"),
     ],
-    ids=["window-beyond-index", "lane-beyond-the-recipe"],
+    ids=["window-beyond-index", "delivered-beyond-index", "lane-beyond-the-recipe"],
 )
 def test_impossible_states_are_refused(make_rank, change, message):
     pipeline = make_rank(1, 0)
@@ -83,6 +84,24 @@ def test_impossible_states_are_refused(make_rank, change, message):
 
 
 # -- bad data -----------------------------------------------------------------------------------
+
+
+def test_states_of_ranks_saved_at_different_steps_are_not_merged(make_rank):
+    from zephon import merge_states
+
+    def state_after(rank: int, batches: int) -> dict:
+        pipeline = make_rank(2, rank)
+        take(pipeline, batches)
+        state = pipeline.state_dict()
+        pipeline.close()
+        return state
+
+    with pytest.raises(
+        ValueError, match=r"state 0's lanes have delivered 5 batches, state 1's 8: .*different steps"
+    ):
+        merge_states([state_after(0, 20), state_after(1, 30)])
+    merged = merge_states([state_after(0, 20), state_after(1, 22)])  # within one batch per lane: a step
+    assert len(merged["lanes"]) == 8
 
 
 def test_a_deeply_nested_json_line_names_the_file_and_line(tmp_path, gpt2):

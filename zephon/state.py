@@ -82,10 +82,14 @@ class LaneState:
         return state
 
 
-def merge_states(states: list[dict]) -> dict:
+def merge_states(states: list[dict], same_step: bool = True) -> dict:
     """The state of a whole job from its ranks' states: the union of their lanes.
 
-    Everything but ``lanes`` must agree; a lane found in two states is an error.
+    Everything but ``lanes`` must agree; a lane found in two states is an error, and so are
+    states saved at different steps: round-robin delivery keeps the lanes of a run within one
+    batch of each other, so states whose furthest lanes are further apart than that were not
+    saved together (a rank whose lanes all ended early is the exception: merge it with
+    ``same_step=False``).
     """
     if not states:
         raise ValueError("merge_states needs at least one state")
@@ -101,6 +105,14 @@ def merge_states(states: list[dict]) -> dict:
                 raise ValueError(f"lane {lane} is in more than one state: merge each rank's state once")
             lanes[lane] = value
     merged["lanes"] = dict(sorted(lanes.items(), key=lambda kv: int(kv[0])))
+    furthest = [max((lane.get("index", 0) for lane in s["lanes"].values()), default=0) for s in states]
+    if same_step and max(furthest) - min(furthest) > 1:
+        low, high = furthest.index(min(furthest)), furthest.index(max(furthest))
+        raise ValueError(
+            f"state {low}'s lanes have delivered {furthest[low]} batches, state {high}'s "
+            f"{furthest[high]}: the states were saved at different steps; merge the states of "
+            "one checkpoint (or pass same_step=False for ranks whose lanes all ended early)"
+        )
     return merged
 
 
