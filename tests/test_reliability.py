@@ -274,6 +274,18 @@ def test_a_record_whose_field_is_not_text_is_named_by_file_and_row(tmp_path, gpt
     assert "d.parquet, row 200: tokenize(field='text'): expected a string, got NoneType" in message, message
 
 
+def test_a_truncated_gzip_file_is_named_as_damaged(tmp_path, gpt2):
+    import gzip
+
+    data = "".join(json.dumps({"text": f"row {i} " * 20}) + "\n" for i in range(3000)).encode()
+    packed = gzip.compress(data)
+    (tmp_path / "t.jsonl.gz").write_bytes(packed[: len(packed) // 2])
+    ds = Dataset.from_path("d", str(tmp_path / "t.jsonl.gz"))
+    pipeline = Pipeline(ds).options(num_lanes=2, io_options={"cache": {"dir": str(tmp_path / "cache")}})
+    message = _error_of(pipeline.tokenize(gpt2).pack_flat(8).batch(1))
+    assert "t.jsonl.gz: the gzip data is damaged or truncated" in message, message
+
+
 @pytest.mark.parametrize("runner", ["thread", "process"])
 def test_a_map_function_error_keeps_its_type_and_says_which_record(tmp_path, gpt2, runner):
     path = write_jsonl(str(tmp_path / "d.jsonl"), [{"text": f"line {i}"} for i in range(20)])
