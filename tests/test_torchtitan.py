@@ -113,3 +113,24 @@ def test_torchtitan_default_loader_cannot_resume_on_other_rank_counts(tmp_path):
     assert rc == 0, log[-4000:]
     resumed = by_step(digest_lines(dump)[before:])
     assert sorted(resumed) == [3, 4] and all(resumed[s] != baseline[s] for s in (3, 4)), "it sees other data"
+
+
+def test_replay_prints_the_digest_training_wrote_from_a_checkpoint_or_the_start(baseline, tmp_path):
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from zephon.testing.jobs import CONFIG, ROOT
+
+    dump, digests, _ = baseline
+    for step, began in ((7, os.path.join("checkpoint", "step-4")), (2, "the start of the run")):
+        out = str(tmp_path / f"step{step}.npz")
+        cmd = [sys.executable, "-m", "zephon.replay", "--job", CONFIG, "--dump_folder", dump]
+        result = subprocess.run(
+            [*cmd, "--step", str(step), "--out", out], cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"step {step}: digest {digests[step]}" in result.stdout, result.stdout[:2000]
+        assert began in result.stdout
+        assert np.load(out)["tokens"].shape == (8, 2, 129)

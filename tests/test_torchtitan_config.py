@@ -237,3 +237,28 @@ def test_a_recipe_sets_on_error_per_dataset_and_a_wrong_value_is_named(tmp_path)
     wrong = recipe_copy(str(tmp_path), **{line: line + '\non_error = "warn"'})
     with pytest.raises(ValueError, match=r"'kjv': on_error='warn', expected one of \('raise', 'skip'\)"):
         build_pipeline(load_recipe(wrong), **geometry)
+
+
+def test_replay_of_a_step_from_the_recipe_matches_a_two_rank_run(tmp_path, capsys):
+    import numpy as np
+
+    from zephon import replay
+    from zephon.testing import run_job
+    from zephon.torchtitan.recipe import build_pipeline
+
+    recipe = load_recipe(DEBUG)
+
+    def make(world, rank):
+        return build_pipeline(recipe, dp_rank=rank, dp_world_size=world, seq_len=64, microbatch_size=2)
+
+    digests, _ = run_job(make, 2, 7, 1)  # 16 rows a step: 8 lanes x 1 batch of 2 rows
+    out = str(tmp_path / "step7.npz")
+    geometry = ["--global-batch-size", "16", "--seq-len", "64", "--local-batch-size", "2"]
+    assert replay.main(["--recipe", DEBUG, *geometry, "--step", "7", "--out", out]) == 0
+    printed = capsys.readouterr().out
+    assert f"step 7: digest {digests[6]}" in printed, printed
+    assert "replayed from the start of the run" in printed
+    assert printed.count(" kjv 65 ") == 16  # every row: 65 tokens of kjv, no padding
+    saved = np.load(out)
+    assert saved["tokens"].shape == (8, 2, 65) and list(saved["indices"]) == [6] * 8
+    assert list(saved["datasets"]) == ["kjv"]
