@@ -1,10 +1,11 @@
 """The determinism fuzzer: any recipe, topology, runner and resume schedule gives the global steps
 of one uninterrupted run.
 
-Hypothesis draws a recipe (lanes, a one- or two-dataset mixture by tokens or records, wrap or
-best-fit packing, a shuffle, window rows, batches per lane per step) and a schedule of one to
-three resume cycles, each on its own DP size, runner and parallelism, and compares every global
-step's digest with the uninterrupted single-rank run of the same recipe. 25 examples in CI;
+Hypothesis draws a recipe (lanes, a one- or two-dataset mixture, fixed or scheduled, by tokens
+or records, wrap or best-fit packing, a shuffle, window rows, batches per lane per step) and a
+schedule of one to three resume cycles, each on its own DP size, runner and parallelism, and
+compares every global step's digest with the uninterrupted single-rank run of the same recipe.
+25 examples in CI;
 ``ZEPHON_FUZZ_EXAMPLES=300 python -m pytest -m slow tests/test_properties.py`` runs more.
 """
 
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+from zephon import Dataset, Pipeline, ScheduledMixtureWorkSource, StaticMixtureWorkSource, TokenEstimation
 from zephon.testing import run_job
 
 STEPS = 6
@@ -33,11 +34,20 @@ def _make(corpus: str, gpt2: str, recipe: tuple, runner: str, parallelism: int):
     datasets = [Dataset.from_path("a", parts[0], exhausted="repeat")]
     if mixture:
         datasets.append(Dataset.from_path("b", parts[1], exhausted="repeat"))
-    weights = {"a": 1.0} if not mixture else {"a": mixture, "b": 1 - mixture}
     estimation = TokenEstimation() if unit == "tokens" else None
 
     def make(world: int, rank: int) -> Pipeline:
-        source = StaticMixtureWorkSource(datasets, weights, token_estimation=estimation, seed=3)
+        if mixture == "schedule":  # a step and a ramp inside the run's first steps, whatever its lanes
+            per_lane = 150 if unit == "tokens" else 4
+            schedule = [
+                {"at": 0, "weights": {"a": 0.8, "b": 0.2}},
+                {"at": per_lane * lanes, "weights": {"a": 0.2, "b": 0.8}},
+                {"at": 3 * per_lane * lanes, "weights": {"a": 0.5, "b": 0.5}, "ramp": "linear"},
+            ]
+            source = ScheduledMixtureWorkSource(datasets, schedule, token_estimation=estimation, seed=3)
+        else:
+            weights = {"a": 1.0} if not mixture else {"a": mixture, "b": 1 - mixture}
+            source = StaticMixtureWorkSource(datasets, weights, token_estimation=estimation, seed=3)
         p = Pipeline(source).options(
             num_lanes=lanes, dp_rank=rank, dp_world_size=world, runner=runner, chunk_bytes=2048,
             window_rows=window_rows,
@@ -64,7 +74,7 @@ def test_any_recipe_topology_runner_and_resume_schedule_gives_the_uninterrupted_
     lanes = data.draw(st.sampled_from([1, 2, 3, 4, 6, 8]), label="num_lanes")
     recipe = (
         lanes,
-        data.draw(st.sampled_from([0, 0.3, 0.5]), label="mixture share of a (0: one dataset)"),
+        data.draw(st.sampled_from([0, 0.3, 0.5, "schedule"]), label="mixture: share of a (0: one dataset)"),
         data.draw(st.sampled_from(["tokens", "records"]), label="mixture unit"),
         data.draw(st.sampled_from(["wrap", "wrap", "best_fit"]), label="packing"),
         data.draw(st.sampled_from([0, 3, 8]), label="shuffle buffer (0: none)"),

@@ -134,3 +134,15 @@ def test_replay_prints_the_digest_training_wrote_from_a_checkpoint_or_the_start(
         assert f"step {step}: digest {digests[step]}" in result.stdout, result.stdout[:2000]
         assert began in result.stdout
         assert np.load(out)["tokens"].shape == (8, 2, 129)
+
+
+def test_a_curriculum_resumes_on_another_rank_count_with_the_same_batches(tmp_path):
+    recipe = ("--dataloader.recipe", "zephon_recipes/debug_curriculum.toml")
+    dump = str(tmp_path / "run")
+    rc, log = run_train(2, dump, *recipe, "--training.steps", "8", "--checkpoint.interval", "4")
+    assert rc == 0, log[-4000:]
+    whole = by_step(digest_lines(dump))
+    assert sorted(whole) == list(range(1, 9))
+    rc, log = run_train(1, dump, *recipe, "--training.steps", "8", "--checkpoint.load_step", "4")
+    assert rc == 0, log[-4000:]
+    assert by_step(digest_lines(dump)[8:]) == {s: whole[s] for s in range(5, 9)}

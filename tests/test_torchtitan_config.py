@@ -262,3 +262,26 @@ def test_replay_of_a_step_from_the_recipe_matches_a_two_rank_run(tmp_path, capsy
     saved = np.load(out)
     assert saved["tokens"].shape == (8, 2, 65) and list(saved["indices"]) == [6] * 8
     assert list(saved["datasets"]) == ["kjv"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            'name = "late"',
+            'name = "late"\nweight = 2',
+            r"schedule sets the weights; remove `weight` from .*\['late'\]",
+        ),
+        ("at = 6_000", "at = 0", r"\[mixture\] mixture schedule point 2: at = 0 does not come after"),
+        ("late = 0.1 }", "lat = 0.1 }", r"point 1: mixture names unknown dataset\(s\) \['lat'\]"),
+    ],
+)
+def test_a_bad_schedule_in_a_recipe_is_named(tmp_path, old, new, message):
+    from zephon.torchtitan.recipe import build_pipeline
+
+    with open(os.path.join(ROOT, "zephon_recipes", "debug_curriculum.toml")) as f:
+        text = f.read().replace('"../assets', f'"{ROOT}/assets')
+    path = tmp_path / "r.toml"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(ValueError, match=message):
+        build_pipeline(load_recipe(str(path)), dp_rank=0, dp_world_size=1, seq_len=128, microbatch_size=2)

@@ -12,7 +12,12 @@ from zephon.options import Options
 from zephon.pipeline import Pipeline
 from zephon.run import Run
 from zephon.state import merge_states
-from zephon.work import DatasetWorkSource, StaticMixtureWorkSource, TokenEstimation
+from zephon.work import (
+    DatasetWorkSource,
+    ScheduledMixtureWorkSource,
+    StaticMixtureWorkSource,
+    TokenEstimation,
+)
 
 __all__ = [
     "Batch",
@@ -21,6 +26,7 @@ __all__ = [
     "Options",
     "Pipeline",
     "Run",
+    "ScheduledMixtureWorkSource",
     "StaticMixtureWorkSource",
     "TokenEstimation",
     "__version__",

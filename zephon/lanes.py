@@ -198,7 +198,10 @@ def lane_batches(
     max_empty = [2 * plan.chunks_per_lane_epoch(d) + 2 for d in range(len(source.datasets))]
     try:
         fresh = start.window == 0
-        mixer = Mixer(source.names, source.shares, source.unit, streams.fetch, start.mix, max_empty, fresh)
+        schedule = source.lane_schedule(plan.num_lanes)
+        mixer = Mixer(
+            source.names, source.shares, source.unit, streams.fetch, start.mix, max_empty, fresh, schedule
+        )
         window, index, at_start = start.window, start.index - start.delivered, start.mix
         while True:
             streams.window = window

@@ -35,6 +35,11 @@ relative to the recipe if such a file or folder exists, else a hub id or tiktoke
 
     [mixture]
     unit = "tokens"              # tokens | records: what the weights count
+    schedule = [                 # optional: weights that change over the run (then no `weight`)
+      { at = 0, weights = { wiki = 0.7, code = 0.3 } },                  # from the start
+      { at = 10_000_000_000, weights = { wiki = 0.3, code = 0.7 } },     # a step at 10B tokens
+      { at = 20_000_000_000, weights = { wiki = 0.1, code = 0.9 }, ramp = "linear" },  # a ramp to 20B
+    ]                            # `at` counts the run's delivered units (all ranks together)
 
     [packing]
     algorithm = "wrap"           # wrap | best_fit
@@ -55,7 +60,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+from zephon import Dataset, Pipeline, ScheduledMixtureWorkSource, StaticMixtureWorkSource, TokenEstimation
 from zephon.fields import check_table
 from zephon.torchtitan.checks import check_context_length
 
@@ -96,6 +101,7 @@ class DatasetTable:
 @dataclass(frozen=True)
 class MixtureSection:
     unit: str = "tokens"
+    schedule: list | None = None
 
 
 @dataclass(frozen=True)
@@ -249,7 +255,20 @@ def build_pipeline(
     if unit not in ("tokens", "records"):
         raise ValueError(f"data recipe {recipe.path}: [mixture] unit = {unit!r}; use 'tokens' or 'records'")
     estimation = TokenEstimation() if unit == "tokens" else None
-    source = StaticMixtureWorkSource(datasets, weights, estimation, seed=recipe.get("recipe", "seed", 0))
+    seed, schedule = recipe.get("recipe", "seed", 0), recipe.get("mixture", "schedule", None)
+    if schedule is None:
+        source = StaticMixtureWorkSource(datasets, weights, estimation, seed=seed)
+    else:
+        weighted = [d["name"] for d in recipe.datasets if "weight" in d]
+        if weighted:
+            raise ValueError(
+                f"data recipe {recipe.path}: [mixture] schedule sets the weights; remove `weight` "
+                f"from dataset(s) {weighted}"
+            )
+        try:
+            source = ScheduledMixtureWorkSource(datasets, schedule, estimation, seed=seed)
+        except ValueError as e:
+            raise ValueError(f"data recipe {recipe.path}: [mixture] {e}") from None
     options = {k: v for k, v in recipe.sections.get("recipe", {}).items() if k != "seed"}
     io = recipe.sections.get("io")
     pipeline = Pipeline(source).options(

@@ -1,10 +1,12 @@
 """Work sources: the datasets, their mixture, and the pure plan of which chunk each lane reads."""
 
 from zephon.work.mixture import Mixer, MixState, Piece, Position
+from zephon.work.schedule import Schedule
 from zephon.work.source import (
     DatasetWorkSource,
     LanePlan,
     PlanContext,
+    ScheduledMixtureWorkSource,
     StaticMixtureWorkSource,
     TokenEstimation,
 )
@@ -17,6 +19,8 @@ __all__ = [
     "Piece",
     "PlanContext",
     "Position",
+    "Schedule",
+    "ScheduledMixtureWorkSource",
     "StaticMixtureWorkSource",
     "TokenEstimation",
 ]

@@ -36,8 +36,9 @@ import numpy as np
 UNITS = ("tokens", "records")
 
 
-def normalize(weights: dict[str, float], names: list[str]) -> list[float]:
-    """Weights for ``names`` (in order), checked and scaled to sum to 1."""
+def normalize(weights: dict[str, float], names: list[str], zero: bool = False) -> list[float]:
+    """Weights for ``names`` (in order), checked and scaled to sum to 1; ``zero``: a weight may
+    be 0 (a point of a schedule), as long as one is not."""
     unknown = sorted(set(weights) - set(names))
     if unknown:
         raise ValueError(f"mixture names unknown dataset(s) {unknown}; datasets are {names}")
@@ -47,10 +48,14 @@ def normalize(weights: dict[str, float], names: list[str]) -> list[float]:
     values = []
     for n in names:
         w = weights[n]
-        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 < w < float("inf"):
-            raise ValueError(f"mixture weight for {n!r} must be a positive number, got {w!r}")
+        number = not isinstance(w, bool) and isinstance(w, int | float) and w < float("inf")
+        if not number or w < 0 or (w == 0 and not zero) or w != w:
+            kind = "a number >= 0" if zero else "a positive number"
+            raise ValueError(f"mixture weight for {n!r} must be {kind}, got {w!r}")
         values.append(float(w))
     total = sum(values)
+    if total <= 0:
+        raise ValueError(f"mixture weights {weights} are all 0: give at least one dataset a weight")
     return [v / total for v in values]
 
 
@@ -59,6 +64,18 @@ def pick(shares: list[float], used: list[int], upcoming: list[float]) -> int:
     best, best_key = 0, None
     for d, (share, u, n) in enumerate(zip(shares, used, upcoming, strict=True)):
         key = (u + n / 2) / share
+        if best_key is None or key < best_key:
+            best, best_key = d, key
+    return best
+
+
+def pick_scheduled(schedule, used: list[int], upcoming: list[float]) -> int:
+    """:func:`pick` under a schedule: the dataset that comes due first, at the lane's unit count
+    ``schedule.due(d, used + upcoming / 2)`` (for fixed shares that is ``(used + upcoming / 2) /
+    share``), ties to the lower index."""
+    best, best_key = 0, None
+    for d, (u, n) in enumerate(zip(used, upcoming, strict=True)):
+        key = schedule.due(d, u + n / 2)
         if best_key is None or key < best_key:
             best, best_key = d, key
     return best
@@ -138,11 +155,12 @@ class Mixer:
 
     def __init__(
         self, names: list[str], shares: list[float], unit: str, fetch: Fetch, state: MixState,
-        max_empty: list[int], fresh: bool = False,
+        max_empty: list[int], fresh: bool = False, schedule: Any = None,
     ):  # fmt: skip
         if unit not in UNITS:
             raise ValueError(f"mixture unit {unit!r}: expected one of {UNITS}")
         self.names, self.shares, self.unit, self.fetch = names, shares, unit, fetch
+        self.schedule = schedule  # a LaneSchedule (zephon.work.schedule), or None for fixed shares
         self.chunks = [p.chunk for p in state.positions]
         self.offsets = [p.offset for p in state.positions]
         self.used = list(state.used)
@@ -181,6 +199,9 @@ class Mixer:
             return None
         if len(self.shares) == 1:
             piece = self._cut(0, limit, runs)
+        elif self.schedule is not None:  # one piece at a time: runs are worked out for fixed shares
+            upcoming = [self._next_units(e, limit) for e in range(len(self.shares))]
+            piece = self._cut(pick_scheduled(self.schedule, self.used, upcoming), limit, False)
         else:
             upcoming = [self._next_units(e, limit) for e in range(len(self.shares))]
             d = pick(self.shares, self.used, upcoming)

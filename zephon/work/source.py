@@ -10,6 +10,7 @@ from zephon.io import ChunkTable, Dataset
 from zephon.io.remote import IOConfig
 from zephon.work.mixture import normalize
 from zephon.work.plan import ChunkDealer
+from zephon.work.schedule import Schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,10 @@ class StaticMixtureWorkSource:
             "seed": self.seed,
         }
 
+    def lane_schedule(self, num_lanes: int):
+        """What each lane's mixer follows when the shares change over the run: None here."""
+        return None
+
     def plan(self, ctx: PlanContext) -> LanePlan:
         tables = [
             d.chunks(ctx.num_lanes, ctx.chunk_size, ctx.chunk_bytes, ctx.io, ctx.map_fn)
@@ -96,6 +101,36 @@ class StaticMixtureWorkSource:
                     f'would get no data: {fix}, or set exhausted="repeat"'
                 )
         return LanePlan(self, tables, ctx.num_lanes)
+
+
+class ScheduledMixtureWorkSource(StaticMixtureWorkSource):
+    """Datasets mixed with weights that change over the run (``zephon.work.schedule``):
+
+    ``schedule``: points ``{"at": units, "weights": {name: w}, "ramp": "step" | "linear"}``, the
+    first at 0; ``at`` counts the run's delivered tokens (with ``token_estimation``) or documents.
+    The schedule is part of the recipe (the fingerprint), and follows from what each lane has
+    taken, so it is the same on any DP size, runner and resume point.
+    """
+
+    def __init__(
+        self,
+        datasets: list[Dataset],
+        schedule: list[dict],
+        token_estimation: TokenEstimation | None = None,
+        seed: int = 0,
+    ):
+        names = [d.name for d in datasets]
+        self.schedule = Schedule(schedule, names)
+        super().__init__(datasets, dict.fromkeys(names, 1.0), token_estimation, seed)
+        self.shares = list(self.schedule.points[0].shares)  # where the run starts
+
+    def fingerprint(self, io: IOConfig | None = None) -> dict:
+        out = super().fingerprint(io)
+        out["schedule"] = self.schedule.to_json()
+        return out
+
+    def lane_schedule(self, num_lanes: int):
+        return self.schedule.for_lane(num_lanes)
 
 
 class DatasetWorkSource(StaticMixtureWorkSource):
