@@ -2,13 +2,15 @@
 """A scheduled mixture over a run: target against realized token shares, on real text.
 
 KJV chapters, whole Python standard-library files (many far longer than a row) and KJV verses,
-GPT-2 BPE, 8 lanes, rows of 2,049 tokens, a shuffle of 64 rows per lane, 4M delivered tokens. The
+GPT-2 BPE, 8 lanes, rows of 2,049 tokens, 4M delivered tokens, without a shuffle and with one of
+16 rows per lane (it permutes rows within a window of 16 x 2,049 x 8 = 262k run tokens). The
 schedule (in the run's delivered tokens): verses .6 / chapters .3 / code .1 from the start; a
 step at 1M to .2 / .3 / .5; a linear ramp from 2M to 3M to .1 / .7 / .2; then that holds.
 
 A delivered row counts at the run's position the schedule uses: the tokens its lane delivered
 before it times the number of lanes. Shares are measured per segment of 250k tokens (what the
-schedule asks for over the segment is the integral of its weights). Writes
+schedule asks for over the segment is the integral of its weights). A shuffle spreads a change of
+the schedule over one window: what a demanding schedule needs is windows short next to its steps. Writes
 benchmarks/results/schedule.txt and .png.
 
     python benchmarks/schedule.py [--tokens 4000000]
@@ -17,6 +19,7 @@ benchmarks/results/schedule.txt and .png.
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import platform
@@ -31,7 +34,8 @@ from zephon.testing.data import kjv_grouped, kjv_records, python_source_document
 from zephon.work import Schedule
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LANES, MAX_LENGTH, SHUFFLE, SEGMENT = 8, 2048, 64, 250_000
+LANES, MAX_LENGTH, SEGMENT = 8, 2048, 250_000
+SHUFFLES = (0, 16)  # rows per lane: none, and 16 (a window of 262k run tokens)
 NAMES = ["verses", "chapters", "code"]
 SCHEDULE = [
     {"at": 0, "weights": {"verses": 0.6, "chapters": 0.3, "code": 0.1}},
@@ -53,17 +57,12 @@ def datasets(tmp: str) -> list[Dataset]:
     return [Dataset.from_path(name, paths[name], exhausted="repeat") for name in NAMES]
 
 
-def measure(tmp: str, total: int) -> tuple[np.ndarray, np.ndarray, float]:
+def measure(tmp: str, total: int, shuffle: int) -> tuple[np.ndarray, np.ndarray, float]:
     """Tokens per dataset in each segment, per-row (position, dataset counts), and seconds."""
     source = ScheduledMixtureWorkSource(datasets(tmp), SCHEDULE, token_estimation=TokenEstimation(), seed=1)
-    pipeline = (
-        Pipeline(source)
-        .options(num_lanes=LANES)
-        .tokenize(gpt2_tokenizer_dir(tmp), parallelism=2)
-        .pack_flat(MAX_LENGTH)
-        .shuffle(SHUFFLE, seed=2)
-        .batch(8)
-    )
+    pipeline = Pipeline(source).options(num_lanes=LANES).tokenize(gpt2_tokenizer_dir(tmp), parallelism=2)
+    pipeline = pipeline.pack_flat(MAX_LENGTH)
+    pipeline = (pipeline.shuffle(shuffle, seed=2) if shuffle else pipeline).batch(8)
     segments = np.zeros((total // SEGMENT, len(NAMES)))
     rows, at, start = [], np.zeros(LANES, np.int64), time.monotonic()
     last = start
@@ -94,57 +93,88 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     total = args.tokens - args.tokens % SEGMENT
     with tempfile.TemporaryDirectory() as tmp:
-        segments, rows, seconds = measure(tmp, total)
+        runs = {shuffle: measure(tmp, total, shuffle) for shuffle in SHUFFLES}
     lane = Schedule(SCHEDULE, NAMES).for_lane(1)
+    changes = [p["at"] for p in SCHEDULE[1:]]
+    window = SHUFFLES[1] * (MAX_LENGTH + 1) * LANES
     lines = [
         f"# Scheduled mixture: target vs realized token shares ({platform.node()}, "
-        f"{time.strftime('%Y-%m-%d')}); {LANES} lanes, rows of {MAX_LENGTH + 1}, shuffle {SHUFFLE} rows, "
-        f"{total:,} tokens in {seconds:.0f}s",
+        f"{time.strftime('%Y-%m-%d')}); {LANES} lanes, rows of {MAX_LENGTH + 1}, {total:,} tokens; "
+        + ", ".join(f"shuffle {k}: {v[2]:.0f}s" for k, v in runs.items()),
         "# python benchmarks/schedule.py",
-        f"{'segment (run tokens)':>24} "
-        + " ".join(f"{n + ' target':>16} {n:>9}" for n in NAMES)
-        + "  max |diff|",
+        f"# realized: without a shuffle | with a shuffle of {SHUFFLES[1]} rows per lane (a window is "
+        f"{window:,} run tokens; * marks segments within one window of a change of the schedule)",
+        f"{'segment (run tokens)':>24} " + " ".join(f"{n:>24}" for n in NAMES) + "   max |diff|",
+        f"{'':>24} " + " ".join(f"{'target  none  shuffled':>24}" for _ in NAMES),
     ]
-    worst = 0.0
-    for i, counts in enumerate(segments):
+    worst = {k: 0.0 for k in SHUFFLES}
+    worst_away = 0.0
+    for i in range(total // SEGMENT):
         a, b = i * SEGMENT, (i + 1) * SEGMENT
-        target = [(lane.target(d, b) - lane.target(d, a)) / SEGMENT for d in range(len(NAMES))]
-        realized = counts / counts.sum()
-        diff = float(np.max(np.abs(realized - target)))
-        worst = max(worst, diff)
-        cells = " ".join(f"{t:>16.4f} {r:>9.4f}" for t, r in zip(target, realized, strict=True))
-        lines.append(f"{f'[{a:,}, {b:,})':>24} {cells}  {diff:.4f}")
-    lines.append(f"largest difference in any segment: {worst:.4f}")
+        near = any(a - window < c < b + window for c in changes)
+        target = np.array([(lane.target(d, b) - lane.target(d, a)) / SEGMENT for d in range(len(NAMES))])
+        realized = {k: v[0][i] / v[0][i].sum() for k, v in runs.items()}
+        diffs = {k: float(np.max(np.abs(r - target))) for k, r in realized.items()}
+        for k in SHUFFLES:
+            worst[k] = max(worst[k], diffs[k])
+        if not near:
+            worst_away = max(worst_away, diffs[SHUFFLES[1]])
+        cells = " ".join(
+            f"{t:>8.3f} {realized[SHUFFLES[0]][d]:>6.3f} {realized[SHUFFLES[1]][d]:>8.3f}"
+            for d, t in enumerate(target)
+        )
+        span = f"[{a:,}, {b:,})" + ("*" if near else " ")
+        lines.append(f"{span:>24} {cells}   {diffs[SHUFFLES[0]]:.4f} | {diffs[SHUFFLES[1]]:.4f}")
+    lines += ["", "# per segment of the schedule (between its points)"]
+    bounds = [*(p["at"] for p in SCHEDULE), total]
+    for a, b in itertools.pairwise(bounds):
+        if a == b:
+            continue
+        target = np.array([(lane.target(d, b) - lane.target(d, a)) / (b - a) for d in range(len(NAMES))])
+        cells = []
+        for k, (segments, _, _) in runs.items():
+            counts = segments[a // SEGMENT : b // SEGMENT].sum(0)
+            diff = float(np.max(np.abs(counts / counts.sum() - target)))
+            cells.append(f"shuffle {k}: max |diff| {diff:.4f}")
+        lines.append(f"{f'[{a:,}, {b:,})':>24}  target {np.round(target, 4).tolist()}  " + ", ".join(cells))
+    lines += [
+        "",
+        f"largest |realized - target| in any 250k segment, without a shuffle: {worst[SHUFFLES[0]]:.4f}",
+        f"with a shuffle of {SHUFFLES[1]} rows: {worst[SHUFFLES[1]]:.4f} in all segments, "
+        f"{worst_away:.4f} in those more than one window from a change",
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", "schedule.txt"), "w") as f:
         f.write(text)
-    plot(rows, lane, total)
+    plot(runs, lane, total)
 
 
-def plot(rows: np.ndarray, lane, total: int) -> None:
+def plot(runs: dict, lane, total: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    order = np.argsort(rows[:, 0], kind="stable")
-    position, counts = rows[order, 0], rows[order, 1:]
-    width = 200  # rows in the moving window (about 400k run tokens)
-    kernel = np.ones(width)
-    smooth = np.stack([np.convolve(counts[:, d], kernel, "valid") for d in range(len(NAMES))], 1)
-    shares = smooth / smooth.sum(1, keepdims=True)
-    x = position[width - 1 :]
+    width = 100  # rows in the moving window (about 200k run tokens)
     grid = np.linspace(0, total, 400)
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for d, name in enumerate(NAMES):
-        line = ax.plot(grid / 1e6, [lane.weights(g)[d] for g in grid], "--", lw=1)[0]
-        ax.plot(x / 1e6, shares[:, d], color=line.get_color(), lw=1.5, label=name)
-    ax.set_xlabel("run position (million delivered tokens)")
-    ax.set_ylabel("token share")
-    ax.set_title(f"Scheduled mixture: target (dashed) vs realized (moving {width} rows)", fontsize=10)
-    ax.legend()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, (shuffle, (_, rows, _)) in zip(axes, runs.items(), strict=True):
+        order = np.argsort(rows[:, 0], kind="stable")
+        position, counts = rows[order, 0], rows[order, 1:]
+        kernel = np.ones(width)
+        smooth = np.stack([np.convolve(counts[:, d], kernel, "valid") for d in range(len(NAMES))], 1)
+        shares = smooth / smooth.sum(1, keepdims=True)
+        x = position[width // 2 : width // 2 + len(shares)]
+        for d, name in enumerate(NAMES):
+            line = ax.plot(grid / 1e6, [lane.weights(g)[d] for g in grid], "--", lw=1)[0]
+            ax.plot(x / 1e6, shares[:, d], color=line.get_color(), lw=1.5, label=name)
+        ax.set_title(f"shuffle: {shuffle or 'none'}" + (" rows per lane" if shuffle else ""), fontsize=10)
+        ax.set_xlabel("run position (million delivered tokens)")
+    axes[0].set_ylabel("token share")
+    axes[0].legend()
+    fig.suptitle(f"Scheduled mixture: target (dashed) vs realized (moving {width} rows)", fontsize=11)
     fig.tight_layout()
     fig.savefig(os.path.join(HERE, "results", "schedule.png"), dpi=120)
 
