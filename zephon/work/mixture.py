@@ -22,6 +22,10 @@ its dataset and competes again). Every dataset's realized share therefore stays 
 piece, at most one packed row, of its target at every point of every lane, whatever the length of
 the documents or chunks.
 
+**Schedules.** With weights that change over the run (``zephon.work.schedule``) the key of ``d``
+is the lane count at which the schedule owes ``d`` ``used[d] + next[d] / 2`` units, the inverse
+of the integral of its weight; for fixed shares that is the key above.
+
 **State.** ``positions`` and ``used``: a few integers per dataset, whatever the step.
 """
 
