@@ -93,7 +93,11 @@ class SkipPlan:
         ``resumed_step``, the last step trained; warn where the configured ranges changed."""
         saved = saved or {"configured": [], "applied": [], "data_steps": 0}
         self.applied = [tuple(r) for r in saved["applied"]]
-        assert self.data_steps == saved["data_steps"], saved
+        if self.data_steps != saved["data_steps"]:
+            raise ValueError(
+                f"the checkpoint's record of skipped steps is inconsistent ({saved}): the ranges applied "
+                "skip a different number of steps than it says; was the checkpoint edited?"
+            )
         before, now = saved["configured"], [range_text(r) for r in self.configured]
         if before != now:
             log.warning(
