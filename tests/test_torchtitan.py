@@ -42,6 +42,35 @@ def test_resume_from_step_4_on_1_and_on_4_ranks_sees_the_same_batches_and_losses
             assert abs(value - loss[step]) <= 1e-3 * loss[step], (ngpu, step, value, loss[step])
 
 
+def test_skipped_steps_train_on_the_baselines_later_data_and_resume_on_1_rank_agrees(baseline, tmp_path):
+    _, digests, _ = baseline  # 8 steps without skips
+    dump = str(tmp_path / "skip")
+    args = ["--training.steps", "8", "--checkpoint.interval", "2", "--dataloader.skip_steps", "3-4"]
+    rc, log = run_train(2, dump, *args)
+    assert rc == 0, log[-4000:]
+    said = "zephon: skipping the data of steps 3-4 (8 batches per rank): step 3 trains on the data of step 5 "
+    assert said in log
+    lines = digest_lines(dump)
+    data_steps = {line["step"]: line.get("data_step", line["step"]) for line in lines}
+    assert data_steps == {1: 1, 2: 2, 3: 5, 4: 6, 5: 7, 6: 8, 7: 9, 8: 10}
+    skipping = by_step(lines)
+    assert {s: skipping[s] for s in range(1, 7)} == {s: digests[data_steps[s]] for s in range(1, 7)}
+    # per-dataset metrics at every log step (log_freq 1): 10 data steps x 16 rows x 129 tokens
+    assert "zephon: step 1: data kjv 100.0% (2,064 tokens)" in log
+    assert "zephon: step 8: data kjv 100.0% (20,640 tokens); skipped_steps 2" in log
+
+    before = len(lines)  # the checkpoint of step 4 was made right after the range was applied
+    rc, log = run_train(1, dump, *args, "--checkpoint.load_step", "4")
+    assert rc == 0, log[-4000:]
+    assert "zephon: skipping" not in log, "the checkpoint says the range was applied"
+    resumed = digest_lines(dump)[before:]
+    assert [line["dp"] for line in resumed] == [1] * 4
+    assert [(x["step"], x["data_step"], x["digest"]) for x in resumed] == [
+        (x["step"], x["data_step"], x["digest"]) for x in lines[4:]
+    ]
+    assert "zephon: step 8: data kjv 100.0% (20,640 tokens); skipped_steps 2" in log, "counts survive"
+
+
 def test_tensor_parallel_ranks_of_one_replica_get_identical_batches(baseline, tmp_path):
     _, digests, _ = baseline
     dump = str(tmp_path / "tp")
@@ -50,6 +79,8 @@ def test_tensor_parallel_ranks_of_one_replica_get_identical_batches(baseline, tm
     lines = digest_lines(dump)
     assert [line["dp"] for line in lines] == [2, 2, 2], "4 processes as DP 2 x TP 2"
     assert by_step(lines) == {s: digests[s] for s in (1, 2, 3)}, "the same data as DP 2 alone"
+    # TP ranks hold the same lanes: counted once, 3 steps x 16 rows x 129 tokens
+    assert "zephon: step 3: data kjv 100.0% (6,192 tokens)" in log
 
 
 def test_changed_recipe_on_resume_fails_naming_the_field(baseline, tmp_path):

@@ -285,3 +285,181 @@ def test_a_bad_schedule_in_a_recipe_is_named(tmp_path, old, new, message):
     path.write_text(text.replace(old, new, 1))
     with pytest.raises(ValueError, match=message):
         build_pipeline(load_recipe(str(path)), dp_rank=0, dp_world_size=1, seq_len=128, microbatch_size=2)
+
+
+# -- skipped steps ([data] skip_steps) and data metrics --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        (["4-3"], r"'4-3': the first step is after the last; write 3-4"),
+        (["0-2"], r"'0-2': training steps count from 1"),
+        (["3-5", "5-6"], r"'3-5' and '5-6' overlap; merge them"),
+        (["2", "1-2"], r"'1-2' and '2' overlap"),
+        (["3-"], r"'3-' is not a step range"),
+        (["three"], r"'three' is not a step range"),
+        ("3-4", r"give a list of step ranges"),
+    ],
+)
+def test_bad_skip_steps_are_named_with_the_setting(entries, message):
+    from zephon.torchtitan.skips import parse_skip_steps
+
+    with pytest.raises(ValueError, match=r"\[data\] skip_steps \(--dataloader.skip_steps\).*" + message):
+        parse_skip_steps(entries)
+
+
+def test_skip_steps_come_from_the_job_config_or_the_command_line_and_are_checked(tmp_path):
+    parse = ZephonConfigManager().parse_args
+    job = _job(tmp_path, "")
+    with open(job) as f:
+        body = f.read()
+    with open(job, "w") as f:
+        f.write(body.replace("[data]\n", '[data]\nskip_steps = ["1200-1300", 7]\n'))
+    config = parse(["--job.config_file", job, "--metrics.log_freq", "3"])
+    assert config.dataloader.skip_steps == ["1200-1300", "7"] and config.dataloader.log_freq == 3
+    config = parse(["--job.config_file", job, "--dataloader.skip_steps", "3-4,9"])
+    assert config.dataloader.skip_steps == ["3-4", "9"]
+    with pytest.raises(ValueError, match=r"skip_steps \(--dataloader.skip_steps\): '5-2'"):
+        parse(["--job.config_file", job, "--dataloader.skip_steps", "5-2"])
+    with open(job, "w") as f:
+        f.write(body.replace("[data]\n", '[data]\nskip_steps = ["2-3", "3"]\n'))
+    with pytest.raises(ValueError, match=r"'2-3' and '3' overlap"):
+        parse(["--job.config_file", job])
+
+
+def _steps(loaders, steps: int) -> list[list[bytes]]:
+    """``steps`` global steps of the ranks' loaders (8 lanes x 1 batch each): per step, the sorted
+    bytes of its batches' labels."""
+    iterators = [iter(loader) for loader in loaders]
+    per_rank = 8 // len(loaders)
+    out = []
+    for _ in range(steps):
+        batches = [next(it)[1].numpy().tobytes() for it in iterators for _ in range(per_rank)]
+        out.append(sorted(batches))
+    return out
+
+
+def _reference(steps: int) -> list[list[bytes]]:
+    return _steps([_loader(1, 0)], steps)
+
+
+def test_skipped_steps_shift_the_data_of_every_later_step_and_digests_name_the_data_step(tmp_path):
+    import json
+
+    reference = _reference(9)
+    digest_file = str(tmp_path / "batch_digests.jsonl")
+    skipping = _steps([_loader(1, 0, skip_steps=["2-3", "5"], digest_file=digest_file)], 6)
+    data_steps = [1, 4, 5, 6, 8, 9]  # step 2 gets the data of 4 (2-3 skipped), step 5 that of 8
+    assert skipping == [reference[d - 1] for d in data_steps]
+    with open(digest_file) as f:
+        lines = [json.loads(line) for line in f]
+    assert [line["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    assert [line.get("data_step", line["step"]) for line in lines] == data_steps
+    assert "data_step" not in lines[0], "only where the data is another step's"
+
+
+def _resume(states: list[dict], world: int, **config) -> list:
+    merged = {k: v for state in states for k, v in state.items()}
+    loaders = []
+    for rank in range(world):
+        loader = _loader(world, rank, **config)
+        loader.load_state_dict({k: merged[k] for k in loader.state_dict()})
+        loaders.append(loader)
+    return loaders
+
+
+@pytest.mark.parametrize(
+    ("saved_at", "world"),
+    [(2, 4), (3, 4), (5, 1)],
+    ids=["before-the-range-on-4", "inside-the-range-on-4", "after-the-range-on-1"],
+)
+def test_a_skipping_run_resumed_on_another_dp_size_gets_the_shifted_data(saved_at, world):
+    reference = _reference(10)
+    skips = ["3-4", "6"]  # the second range applies after the resume only if the step count is right
+    loaders = [_loader(2, rank, skip_steps=skips) for rank in range(2)]
+    first = _steps(loaders, saved_at)
+    rest = _steps(_resume([x.state_dict() for x in loaders], world, skip_steps=skips), 7 - saved_at)
+    data_steps = [1, 2, 5, 6, 7, 9, 10]  # step 3 gets the data of step 5, step 6 that of 9
+    assert first + rest == [reference[d - 1] for d in data_steps]
+
+
+def test_a_resume_warns_of_changed_skips_keeps_applied_ones_and_ignores_late_ones(caplog):
+    reference = _reference(12)
+    loader = _loader(2, 0, skip_steps=["3-4"]), _loader(2, 1, skip_steps=["3-4"])
+    _steps(loader, 3)  # steps 1, 2 and 3 (the data of 1, 2, 5)
+    states = [x.state_dict() for x in loader]
+    with caplog.at_level("WARNING"):
+        resumed = _resume(states, 4, skip_steps=["2", "6-7"])
+    text = caplog.text
+    changed = "changed since the checkpoint: was ['3-4'], now ['2', '6-7'] (added ['2', '6-7'], removed"
+    assert "skip_steps (--dataloader.skip_steps) " + changed in text
+    assert "steps 3-4 were skipped before the checkpoint and stay skipped" in text
+    assert "'2' is ignored: it starts at or before step 3, where this run resumes" in text
+    # step 4 gets the data of 6; at step 6 two more are skipped: 6 -> 10, 7 -> 11
+    assert _steps(resumed, 4) == [reference[d - 1] for d in (6, 7, 10, 11)]
+
+
+def test_data_metrics_count_tokens_per_dataset_at_log_steps_only():
+    loader = _loader(1, 0, log_freq=2, skip_steps=["2"])
+    iterator = iter(loader)
+    for _ in range(8 * 3):  # three steps: the last batch of step 3 was delivered
+        next(iterator)
+    assert loader.data_metrics(3) is None, "step 3 is no log step"
+    # step 2, a log step, trained on the data of step 3: 3 data steps x 16 rows x 65 tokens
+    assert loader.data_metrics(2)["data/tokens/kjv"] == 3 * 16 * 65
+    next(iterator)  # the log step's numbers are gathered at its last batch
+    for _ in range(7):
+        next(iterator)
+    # 5 data steps delivered, step 2's data dropped among them; a row: max_length + 1 tokens
+    assert loader.data_metrics(4) == {
+        "data/tokens/kjv": 5 * 16 * 65,
+        "data/share/kjv": 1.0,
+        "data/skipped_steps": 1,
+    }
+
+
+def test_data_metrics_count_lanes_once_and_reach_the_trainers_metrics(monkeypatch, caplog):
+    import types
+
+    from zephon.torchtitan import metrics
+
+    class TwoReplicasOfTp2:  # 4 ranks: lanes 0-3 on ranks 0 and 1, lanes 4-7 on ranks 2 and 3
+        @staticmethod
+        def is_available():
+            return True
+
+        @staticmethod
+        def is_initialized():
+            return True
+
+        @staticmethod
+        def get_world_size():
+            return 4
+
+        @staticmethod
+        def get_rank():
+            return 0
+
+        @staticmethod
+        def all_gather_object(out, mine):
+            other = ((4, 5, 6, 7), {"a": 10, "b": 30}, 2)
+            out[:] = [mine, mine, other, other]
+
+    monkeypatch.setattr(metrics, "dist", TwoReplicasOfTp2)
+    counts = metrics.gather([0, 1, 2, 3], {"tokens": {"a": 50, "b": 10}, "counters": {}})
+    assert counts == {"tokens": {"a": 60, "b": 40}, "skipped_records": 2}
+    data = metrics.to_metrics(counts, skipped_steps=0)
+    assert data == {"data/tokens/a": 60, "data/share/a": 0.6, "data/tokens/b": 40, "data/share/b": 0.4,
+                    "data/skipped_records": 2}  # fmt: skip
+
+    logged = []
+    processor = types.SimpleNamespace(log=lambda step, *a, extra_metrics=None: logged.append(extra_metrics))
+    loader = types.SimpleNamespace(data_metrics=lambda step: data if step == 8 else None)
+    metrics.attach(types.SimpleNamespace(dataloader=loader, metrics_processor=processor))
+    with caplog.at_level("INFO"):
+        processor.log(8, 2.5, 3.0, 1.0, extra_metrics={"n_tokens_seen": 5})
+        processor.log(9, 2.5, 3.0, 1.0, extra_metrics={"n_tokens_seen": 6})
+    assert logged == [{"n_tokens_seen": 5, **data}, {"n_tokens_seen": 6}]
+    assert "zephon: step 8: data a 60.0% (60 tokens), b 40.0% (40 tokens); skipped_records 2" in caplog.text
+    assert "step 9" not in caplog.text

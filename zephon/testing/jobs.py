@@ -24,7 +24,8 @@ def run_train(
 
 
 def digest_lines(dump: str) -> list[dict]:
-    """The job's ``batch_digests.jsonl``: ``{"step", "digest", "dp"}`` per step, every run appended."""
+    """The job's ``batch_digests.jsonl``: ``{"step", "digest", "dp"}`` per step (plus ``"data_step"``
+    where a skipping run trained on another step's data), every run appended."""
     path = os.path.join(dump, "batch_digests.jsonl")
     if not os.path.exists(path):
         return []

@@ -9,13 +9,19 @@ number of ranks.
 Checkpoint state goes into TorchTitan's DCP checkpoint as one key per lane (``lane_00003``) plus
 ``meta`` (recipe fingerprint, global batch size), each a single JSON string: each rank saves the
 lanes it owns, and a job resumed on any allowed DP size asks for exactly the lanes it now owns.
+``meta`` also records the skipped steps already applied (``skip_steps``, see
+zephon.torchtitan.skips), so a resume on any DP size gives every later step the same data.
+
+At the last microbatch of every log step (``log_freq``) the ranks gather the global per-dataset
+token counts that ``data_metrics(step)`` then hands to TorchTitan's metrics
+(zephon.torchtitan.metrics).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torchtitan.components.dataloader import BaseDataLoader
@@ -23,9 +29,11 @@ from torchtitan.components.dataloader import BaseDataLoader
 from zephon import merge_states
 from zephon.batch import global_step_digest
 from zephon.state import diff
+from zephon.torchtitan import metrics
 from zephon.torchtitan.checks import check_batch_geometry
 from zephon.torchtitan.digests import StepDigestWriter
 from zephon.torchtitan.recipe import build_pipeline, load_recipe
+from zephon.torchtitan.skips import SkipPlan, range_text
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +57,11 @@ class ZephonDataLoader(BaseDataLoader):
         """Set from training.global_batch_size by zephon's job config; checked at launch."""
         digest_file: str = ""
         """Where rank 0 appends each step's global batch digest (JSON lines); empty: off."""
+        skip_steps: list[str] = field(default_factory=list)
+        """Training steps whose data is skipped: ["1200-1300", "7"] in TOML, 1200-1300,7 on the
+        command line (see zephon.torchtitan.skips)."""
+        log_freq: int = 0
+        """Set from metrics.log_freq by zephon's job config: per-dataset metrics at log steps; 0: off."""
 
     def __init__(
         self,
@@ -81,26 +94,68 @@ class ZephonDataLoader(BaseDataLoader):
         )  # fmt: skip
         self.dp_rank, self.dp_world_size = dp_rank, dp_world_size
         self.digests = StepDigestWriter(config.digest_file, dp_world_size) if config.digest_file else None
+        self.skips = SkipPlan(config.skip_steps)
+        self._metrics: tuple[int, dict[str, float]] | None = None  # (step, metrics) of the last log step
 
     # -- batches ----------------------------------------------------------------------------
 
     def __iter__(self):
         per_step = self.per_lane * len(self.pipeline.owned_lanes)  # this rank's batches per step
+        stream = iter(self.pipeline)
         step_batches, skipped = [], 0
-        for batch in self.pipeline:
+        while True:
+            if not step_batches and not self._skip_due(stream, per_step):
+                return  # the data ended inside a skipped range
+            batch = next(stream, None)
+            if batch is None:
+                return
             t = batch.to_training()
             inputs = {
                 "input": torch.from_numpy(t["input_ids"]),
                 "positions": torch.from_numpy(t["positions"]),
             }
             step_batches.append((batch.lane, batch.index, batch.digest()))
-            if len(step_batches) == per_step:
-                step = batch.index // self.per_lane + 1
-                if self.digests is not None:  # every rank gets here at the same microbatch
-                    self.digests.write(step, step_batches)
+            if len(step_batches) == per_step:  # every rank gets here at the same microbatch
+                data_step = batch.index // self.per_lane + 1
+                step = data_step - self.skips.data_steps
+                if self.digests is not None:
+                    self.digests.write(step, step_batches, data_step)
+                if metrics.should_log(step, self.config.log_freq):
+                    counts = metrics.gather(self.pipeline.owned_lanes, self.pipeline.stats())
+                    self._metrics = step, metrics.to_metrics(counts, self.skips.data_steps)
                 step_batches = []
                 skipped = self._report_skipped(step, skipped)
             yield inputs, torch.from_numpy(t["labels"])
+
+    def _next_step(self, per_step: int) -> int:
+        """The training step whose data comes next (the loader stands at a step boundary)."""
+        return self.pipeline.stats()["batches"] // per_step - self.skips.data_steps + 1
+
+    def _skip_due(self, stream, per_step: int) -> bool:
+        """Consume and drop the data of a range that starts at the next step; False if the data
+        ended first."""
+        step = self._next_step(per_step)
+        due = self.skips.due(step)
+        if due is None:
+            return True
+        steps = due[1] - due[0] + 1
+        log.info(
+            "zephon: skipping the data of steps %s (%d batches per rank): step %d trains on the data "
+            "of step %d of a run without skips", range_text(due), steps * per_step, step,
+            step + self.skips.data_steps + steps,
+        )  # fmt: skip
+        for _ in range(steps * per_step):
+            if next(stream, None) is None:
+                return False
+        self.skips.apply(due)
+        return True
+
+    def data_metrics(self, step: int) -> dict[str, float] | None:
+        """Global per-dataset token counts and shares at log step ``step`` (see
+        zephon.torchtitan.metrics); None if the loader has none for that step."""
+        if self._metrics is None or self._metrics[0] != step:
+            return None
+        return self._metrics[1]
 
     def _report_skipped(self, step: int, before: int) -> int:
         """Logs the bad records skipped (``on_error = "skip"``) by this rank's lanes so far, when
@@ -119,6 +174,7 @@ class ZephonDataLoader(BaseDataLoader):
         state = self.pipeline.state_dict()
         meta = {k: v for k, v in state.items() if k != "lanes"}
         meta["global_batch_size"] = self.global_batch_size
+        meta["skips"] = self.skips.state()
         out = {"meta": json.dumps(meta, sort_keys=True)}
         out.update({_lane_key(lane): json.dumps(value) for lane, value in state["lanes"].items()})
         return out
@@ -130,6 +186,7 @@ class ZephonDataLoader(BaseDataLoader):
             )
         meta = json.loads(state_dict["meta"])
         saved_batch = meta.pop("global_batch_size", None)
+        saved_skips = meta.pop("skips", None)
         if saved_batch != self.global_batch_size:
             raise ValueError(
                 f"training.global_batch_size was {saved_batch} when the checkpoint was made and is "
@@ -146,6 +203,8 @@ class ZephonDataLoader(BaseDataLoader):
             str(int(k[len("lane_") :])): json.loads(v) for k, v in state_dict.items() if k.startswith("lane_")
         }
         self.pipeline.load_state_dict(merge_states([{**meta, "lanes": lanes}]))
+        data_steps = self.pipeline.stats()["batches"] // (self.per_lane * len(self.pipeline.owned_lanes))
+        self.skips.load(saved_skips, data_steps - (saved_skips or {}).get("data_steps", 0))
 
 
 def _lane_key(lane: str | int) -> str:

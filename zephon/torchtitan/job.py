@@ -14,6 +14,7 @@ A job config names a TorchTitan model config and overrides its sections::
     digests = true                   # write <dump_folder>/batch_digests.jsonl
     runner = "process"               # optional overrides: num_lanes, seed, runner,
                                      # parallelism, prefetch
+    skip_steps = ["1200-1300"]       # drop the data of these training steps (zephon.torchtitan.skips)
 
 ``--job.config_file FILE`` selects it; ``--section.field`` on the command line still applies on
 top (precedence: command line > TOML > TorchTitan's registry function).
@@ -32,6 +33,7 @@ from zephon.torchtitan import cpu
 from zephon.torchtitan.checks import check_batch_geometry, check_context_length, check_vocab
 from zephon.torchtitan.dataloader import ZephonDataLoader
 from zephon.torchtitan.recipe import load_recipe, read_toml
+from zephon.torchtitan.skips import parse_skip_steps
 from zephon.torchtitan.tokenizer import ZephonTokenizer
 
 RESERVED = {"model_spec", "dataloader", "tokenizer"}  # set by zephon, not by the job's sections
@@ -45,6 +47,7 @@ DATA_KEYS = {
     "prefetch",
     "loader",
     "dataset_path",
+    "skip_steps",
 }
 LOADERS = ("zephon", "torchtitan")  # torchtitan: its own text loader, for comparisons
 
@@ -135,6 +138,8 @@ def apply_job(config, job: dict[str, Any], path: str) -> None:
     if loader not in LOADERS:
         raise ValueError(f"job config {path}: [data] loader = {loader!r}; valid: {list(LOADERS)}")
     if loader == "torchtitan":
+        if "skip_steps" in data:
+            raise ValueError(f"job config {path}: [data] skip_steps needs loader = 'zephon'")
         if "dataset_path" not in data:
             raise ValueError(f"job config {path}: [data] loader = 'torchtitan' needs dataset_path")
         from zephon.torchtitan.baseline import DigestedTextDataLoader
@@ -143,10 +148,12 @@ def apply_job(config, job: dict[str, Any], path: str) -> None:
             dataset="c4_test", dataset_path=data["dataset_path"], digest_file=digest_file
         )
         return
+    parse_skip_steps(data.get("skip_steps", []))  # a bad range fails here, naming it
     config.dataloader = ZephonDataLoader.Config(
         recipe=data["recipe"],
         **{k: data[k] for k in ("num_lanes", "seed", "runner", "parallelism", "prefetch") if k in data},
         digest_file=digest_file,
+        skip_steps=[str(entry) for entry in data.get("skip_steps", [])],
     )
 
 
@@ -169,7 +176,8 @@ def _apply(obj, table: dict, where: str, path: str, allowed: set[str] | None = N
 
 
 def finish(config) -> None:
-    """After the command line: place the digest file, check the launch numbers, CPU switches."""
+    """After the command line: place the digest file, check the launch numbers and the skipped
+    steps, pass the metrics' log_freq to the loader, CPU switches."""
     loader = config.dataloader
     if getattr(loader, "digest_file", "") and not os.path.isabs(loader.digest_file):
         loader.digest_file = os.path.join(config.dump_folder, loader.digest_file)
@@ -178,6 +186,8 @@ def finish(config) -> None:
     if not isinstance(loader, ZephonDataLoader.Config):  # torchtitan's loader, for comparisons
         cpu.configure(config)
         return
+    parse_skip_steps(loader.skip_steps)
+    loader.log_freq = config.metrics.log_freq
     recipe = load_recipe(loader.recipe, {"recipe": {"num_lanes": loader.num_lanes}})
     check_context_length(recipe, config.training.seq_len)
     from torchtitan.models.common.config_utils import decoder_vocab_size
