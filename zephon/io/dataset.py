@@ -15,6 +15,7 @@ from zephon.io.chunks import MAX_CHUNK_BYTES, Chunk, ChunkTable, Shard, auto_chu
 from zephon.io.formats import DataError, Format, Records, format_for, split_suffix
 from zephon.io.plain import plain_copy
 from zephon.io.remote import IOConfig, Opener, RetryPolicy, filesystem, is_transient, remote_version, retrying
+from zephon.io.versions import FileVersions
 from zephon.progress import Progress
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
@@ -170,15 +171,17 @@ class Dataset:
         )
         return f"{url}, line {line}"
 
-    def fingerprint(self, io: IOConfig | None = None) -> str:
-        """A digest of what shapes this dataset's data: its files (names relative to their
-        common folder, sizes, versions) and its settings."""
+    def fingerprint(self, io: IOConfig | None = None) -> dict:
+        """What shapes this dataset's data: a digest of its settings, and its files (names
+        relative to their common folder, sizes, versions) as `FileVersions`, which can say
+        which file changed."""
         shards = self.shards(io)
-        root = _common_root([s.url for s in shards])
-        content = [(s.url[len(root) :], s.size, s.version) for s in shards]
         # the path itself is left out: the same files mounted elsewhere are the same data
         settings = [self.name, repr(self.file_format(io)), self.exhausted, self.columns]
-        return hashlib.sha256(json.dumps([settings, content]).encode()).hexdigest()[:16]
+        return {
+            "settings": hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16],
+            "files": FileVersions.of(shards, _common_root([s.url for s in shards])),
+        }
 
     def __getstate__(self):
         # workers get the resolved shards but not cached chunk tables (they can be large)
