@@ -318,6 +318,50 @@ def test_a_local_file_replaced_by_a_same_size_reordered_copy_is_refused_on_resto
         make().load_state_dict(state)
 
 
+def test_a_restore_refused_because_a_file_changed_names_that_file(tmp_path, gpt2):
+    parts = [[json.dumps({"text": f"part {p} document {i:05d} " * 4}) for i in range(800)] for p in range(3)]
+    for p, lines in enumerate(parts):
+        (tmp_path / f"part-{p}.jsonl").write_text("\n".join(lines) + "\n")
+
+    def make():
+        ds = Dataset.from_path("d", str(tmp_path), exhausted="repeat")
+        return Pipeline(ds).options(num_lanes=2).tokenize(gpt2).pack_flat(32).batch(2)
+
+    pipeline = make()
+    take(pipeline, 10)
+    state = pipeline.state_dict()
+    pipeline.close()
+    assert len(json.dumps(state["fingerprint"])) < 1000
+    (tmp_path / "part-1.jsonl").write_text("\n".join(reversed(parts[1])) + "\n")  # same size
+    with pytest.raises(ValueError) as caught:
+        make().load_state_dict(state)
+    message = str(caught.value)
+    print("\n" + message)
+    assert re.search(
+        r"changed: source\.datasets\.d\.files: \S+/part-1\.jsonl \(now \d+ bytes, version 'sample:\w+'\) "
+        r"changed since the checkpoint: put the original back to continue the run, or start a new run$",
+        message,
+    )
+    assert "part-0" not in message and "part-2" not in message
+
+
+def test_the_files_of_a_large_dataset_stay_small_in_the_fingerprint_and_name_a_group():
+    from zephon.io.chunks import Shard
+    from zephon.io.versions import FileVersions
+
+    shards = [Shard(f"s3://b/data/part-{i:05d}.parquet", 1000 + i, f"etag{i}") for i in range(5000)]
+    saved = json.loads(json.dumps(FileVersions.of(shards, "s3://b/data/")))
+    assert len(saved) < 9 * 1024
+    shards[2345] = Shard(shards[2345].url, shards[2345].size, "etag-new")
+    now = FileVersions.of(shards, "s3://b/data/")
+    assert now != saved and now.explain(saved) == [
+        "one of the 5 files s3://b/data/part-02345.parquet ... s3://b/data/part-02349.parquet changed since "
+        "the checkpoint: put the original back to continue the run, or start a new run"
+    ]
+    fewer = FileVersions.of(shards[:-1], "s3://b/data/")
+    assert fewer.explain(saved) == ["files were added, removed or renamed (5000 files then, 4999 now)"]
+
+
 def test_a_cache_entry_copied_over_another_key_is_fetched_again(tmp_path):
     import shutil
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephon import Dataset
-from zephon.io import RemoteUnavailableError
+from zephon.io import ChangedFileError, IOConfig, RemoteUnavailableError
 from zephon.testing.data import kjv_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -209,6 +209,152 @@ def test_unreachable_https_url_fails_within_the_retry_budget():
     with pytest.raises(RemoteUnavailableError, match=r"127\.0\.0\.1.*train\.jsonl.*after 2 attempts"):
         Dataset.from_path("web", url).shards(config)
     assert time.monotonic() - start < 5.0
+
+
+def test_an_s3_store_answering_503_fails_within_the_retry_budget_naming_url_and_budget(tmp_path):
+    from zephon.io.chunks import Shard
+    from zephon.testing.fakehttp import FileServer
+
+    server = FileServer(str(tmp_path)).start()
+    server.answer = (
+        503,
+        b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>",
+    )
+    storage = {
+        "client_kwargs": {"endpoint_url": server.url, "region_name": "us-east-1"},
+        "skip_instance_cache": True,
+    }
+    config = IOConfig.parse({"retries": {"attempts": 100, "backoff": 0.2, "max_wait": 1.0, "budget": 3.0}})
+    try:
+        start = time.monotonic()
+        with pytest.raises(RemoteUnavailableError, match=r"s3://corpus/a\.jsonl.*3 ?s"):
+            Dataset.from_path("s3", "s3://corpus/a.jsonl", storage_options=storage).shards(config)
+        listing = time.monotonic() - start
+        start = time.monotonic()
+        with pytest.raises(RemoteUnavailableError, match=r"s3://corpus/b\.jsonl bytes \[0, 10\).*3 ?s"):
+            Dataset.from_path("s3", "s3://x/b.jsonl", storage_options=storage).opener(config).open(
+                Shard("s3://corpus/b.jsonl", 100, "etag")
+            ).read(10)
+        reading = time.monotonic() - start
+    finally:
+        server.stop()
+    print(f"\ntime to fail against a 3 s budget: listing {listing:.1f}s, reading {reading:.1f}s")
+    assert listing <= 3.0 + 2.0 and reading <= 3.0 + 2.0
+
+
+# -- files that change during a run ---------------------------------------------------------------
+
+
+def _reversed_lines(data: bytes) -> bytes:
+    return b"".join(reversed(data.splitlines(keepends=True)))
+
+
+def test_an_s3_object_replaced_by_a_same_size_one_mid_run_fails_the_read_and_spares_the_cache(
+    s3_corpus, tmp_path
+):
+    import boto3
+
+    _, storage, verses = s3_corpus
+    client = boto3.client("s3", **storage["client_kwargs"])
+    original = "".join(json.dumps(v) + "\n" for v in verses).encode()
+    client.put_object(Bucket="corpus", Key="changing/verses.jsonl", Body=original)
+    config = IOConfig.parse(
+        {"cache": {"enabled": True, "dir": str(tmp_path / "cache"), "block_size": 1 << 12}}
+    )
+    ds = Dataset.from_path("s3", "s3://corpus/changing/verses.jsonl", storage_options=storage)
+    table = ds.chunks(1, chunk_size=300, chunk_bytes=1 << 16, io=config)
+    first = ds.read(table.chunk(0, 0), config)
+    client.put_object(Bucket="corpus", Key="changing/verses.jsonl", Body=_reversed_lines(original))
+    with pytest.raises(ChangedFileError) as caught:
+        ds.read(table.chunk(0, 1), config)
+    message = str(caught.value)
+    print("\n" + message)
+    assert "s3://corpus/changing/verses.jsonl changed since the run was planned" in message
+    assert ds.shards()[0].version in message and "original file back" in message and "new run" in message
+    client.put_object(Bucket="corpus", Key="changing/verses.jsonl", Body=original)
+    again = Dataset.from_path("s3", "s3://corpus/changing/verses.jsonl", storage_options=storage)
+    assert first == verses[: len(first)] and _records(again, config) == verses
+
+
+def test_a_412_from_s3_is_not_retried(s3_corpus):
+    import boto3
+
+    server, storage, _ = s3_corpus
+    client = boto3.client("s3", **storage["client_kwargs"])
+    client.put_object(Bucket="corpus", Key="changing/once.jsonl", Body=b'{"text": "a"}\n')
+    ds = Dataset.from_path("s3", "s3://corpus/changing/once.jsonl", storage_options=storage)
+    shard = ds.shards()[0]
+    client.put_object(Bucket="corpus", Key="changing/once.jsonl", Body=b'{"text": "b"}\n')
+    server.reset()
+    with pytest.raises(ChangedFileError, match="changed since the run was planned"):
+        ds.opener().open(shard).read()
+    gets = [r for r in server.log if r[0] == "GET" and r[1].endswith("once.jsonl")]
+    assert [r[3] for r in gets] == [412]
+
+
+def test_an_object_of_a_versioned_bucket_is_read_at_its_listed_version(s3):
+    import boto3
+
+    _, storage = s3
+    client = boto3.client("s3", **storage["client_kwargs"])
+    client.create_bucket(Bucket="versioned")
+    client.put_bucket_versioning(Bucket="versioned", VersioningConfiguration={"Status": "Enabled"})
+    original = b"".join(json.dumps({"text": f"line {i:04d}"}).encode() + b"\n" for i in range(2000))
+    client.put_object(Bucket="versioned", Key="d.jsonl", Body=original)
+    ds = Dataset.from_path("v", "s3://versioned/d.jsonl", storage_options=storage)
+    assert ds.shards()[0].version.startswith("version-id:")
+    client.put_object(Bucket="versioned", Key="d.jsonl", Body=_reversed_lines(original))
+    assert [r["text"] for r in _records(ds)] == [f"line {i:04d}" for i in range(2000)]
+
+
+@pytest.fixture
+def web(tmp_path):
+    from zephon.testing.fakehttp import FileServer
+
+    server = FileServer(str(tmp_path / "www")).start() if (tmp_path / "www").mkdir() is None else None
+    yield server, tmp_path / "www"
+    server.stop()
+
+
+def _rewrite(path, data: bytes, mtime: float) -> None:
+    path.write_bytes(data)
+    os.utime(path, (mtime, mtime))
+
+
+def test_an_http_file_without_etag_is_versioned_by_last_modified_and_never_served_stale(web, tmp_path):
+    server, www = web
+    lines = b"".join(json.dumps({"text": f"document {i:05d}"}).encode() + b"\n" for i in range(30000))
+    _rewrite(www / "d.jsonl", lines, 1_700_000_000)
+    config = IOConfig.parse(
+        {"cache": {"enabled": True, "dir": str(tmp_path / "cache"), "block_size": 1 << 12}}
+    )
+    url = server.url + "/d.jsonl"
+    ds = Dataset.from_path("web", url)
+    version = ds.shards()[0].version
+    assert version == "Tue, 14 Nov 2023 22:13:20 GMT"
+    table = ds.chunks(1, chunk_size=300, chunk_bytes=1 << 14, io=config)
+    ds.read(table.chunk(0, 0), config)
+    _rewrite(www / "d.jsonl", _reversed_lines(lines), 1_700_000_100)  # same size
+    was, now = "'Tue, 14 Nov 2023 22:13:20 GMT'", "'Tue, 14 Nov 2023 22:15:00 GMT'"
+    with pytest.raises(
+        ChangedFileError, match=rf"d\.jsonl changed since the run was planned: .*{was}.*is {now}"
+    ):
+        ds.read(table.chunk(0, len(table) - 1), config)
+    again = Dataset.from_path("web", url)
+    assert again.shards()[0].version != version and again.fingerprint() != ds.fingerprint()
+    assert _records(again, config) == [json.loads(x) for x in _reversed_lines(lines).splitlines()]
+
+
+def test_an_http_file_with_no_etag_nor_date_is_versioned_by_a_sample_of_its_contents(web):
+    server, www = web
+    server.dates = False
+    lines = b"".join(json.dumps({"text": f"document {i:05d}"}).encode() + b"\n" for i in range(30000))
+    _rewrite(www / "d.jsonl", lines, 1_700_000_000)
+    first = Dataset.from_path("web", server.url + "/d.jsonl").shards()[0]
+    _rewrite(www / "d.jsonl", lines.replace(b"document 00000", b"document 0000X"), 1_700_000_000)
+    second = Dataset.from_path("web", server.url + "/d.jsonl").shards()[0]
+    assert first.version.startswith("sample:") and second.version.startswith("sample:")
+    assert first.size == second.size and first.version != second.version
 
 
 # -- the cache --------------------------------------------------------------------------------

@@ -70,6 +70,20 @@ def test_skipped_steps_train_on_the_baselines_later_data_and_resume_on_1_rank_ag
     ]
     assert "zephon: step 8: data kjv 100.0% (20,640 tokens); skipped_steps 2" in log, "counts survive"
 
+    # replay knows the skips: step 3 from the checkpoint of step 2 is the data of step 5
+    import subprocess
+    import sys
+
+    from zephon.testing.jobs import CONFIG, ROOT
+
+    cmd = [sys.executable, "-m", "zephon.replay", "--job", CONFIG, "--dump_folder", dump, "--step", "3"]
+    result = subprocess.run(
+        [*cmd, "--dataloader.skip_steps", "3-4"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"step 3: digest {skipping[3]}" in result.stdout, result.stdout[:1500]
+    assert "step-2; step 3 trains on the data of step 5 of a run without skips" in result.stdout
+
 
 def test_tensor_parallel_ranks_of_one_replica_get_identical_batches(baseline, tmp_path):
     _, digests, _ = baseline

@@ -5,7 +5,10 @@
     python -m zephon.replay --job train_configs/llama3_debug.toml --step 7 [--dump_folder DIR]
     python -m zephon.replay --recipe zephon_recipes/debug.toml --global-batch-size 16 \\
         --seq-len 128 --local-batch-size 2 --step 7
-    ... [--checkpoint DIR] [--out step7.npz] [--tokens 12]
+    ... [--checkpoint DIR] [--out step7.npz] [--tokens 12] [--section.field value ...]
+
+With ``--job``, further ``--section.field value`` arguments are the run's command-line overrides
+(e.g. ``--dataloader.skip_steps 3-4``): give the ones that shaped the run's data.
 
 Prints the step's digest (the one the training run wrote to ``batch_digests.jsonl``) and, for
 each row, its lane, batch index, row, source datasets (tokens of each) and first tokens decoded.
@@ -15,7 +18,8 @@ each row, its lane, batch index, row, source datasets (tokens of each) and first
 The stream of each lane does not depend on the DP size, so the replay runs every lane in this
 process, DP size 1. It starts from the job's latest checkpoint before the step (``step-K`` under
 ``<dump_folder>/<checkpoint.folder>``, or ``--checkpoint``) when there is one, else from the
-start, and logs its progress while it makes the steps in between.
+start, and logs its progress while it makes the steps in between. With ``[data] skip_steps`` in
+the job, ``--step`` is the training step, and the replay skips the data the run skipped.
 """
 
 from __future__ import annotations
@@ -46,16 +50,19 @@ class Setup:
     local_batch_size: int
     global_batch_size: int
     checkpoints: str | None  # the folder of step-K checkpoints, if any
+    skip_steps: tuple[str, ...] = ()  # the job's [data] skip_steps
 
 
-def from_job(path: str, dump_folder: str | None) -> Setup:
-    """The replay setup of a TorchTitan job config (command-line overrides not included)."""
+def from_job(path: str, dump_folder: str | None, overrides: list[str] = ()) -> Setup:
+    """The replay setup of a TorchTitan job config, with the run's command-line ``overrides``
+    (``--dataloader.skip_steps 3-4`` ...)."""
     from zephon.torchtitan import cpu
 
     cpu.install()  # TorchTitan's config module picks the device on import
     from zephon.torchtitan.job import ZephonConfigManager
 
     args = ["--job.config_file", path] + (["--dump_folder", dump_folder] if dump_folder else [])
+    args += list(overrides)
     config = ZephonConfigManager().parse_args(args)
     loader = config.dataloader
     overrides = {
@@ -64,7 +71,7 @@ def from_job(path: str, dump_folder: str | None) -> Setup:
     folder = os.path.join(config.dump_folder, config.checkpoint.folder)
     return Setup(
         loader.recipe, overrides, config.training.seq_len, config.training.local_batch_size,
-        config.training.global_batch_size, folder,
+        config.training.global_batch_size, folder, tuple(getattr(loader, "skip_steps", ()) or ()),
     )  # fmt: skip
 
 
@@ -106,8 +113,9 @@ def replay(setup: Setup, step: int) -> tuple[list[Batch], object, str]:
     if step < 1:
         raise ValueError(f"--step {step}: steps count from 1")
     config = ZephonDataLoader.Config(
-        recipe=setup.recipe, global_batch_size=setup.global_batch_size, **setup.overrides["recipe"]
-    )
+        recipe=setup.recipe, global_batch_size=setup.global_batch_size, skip_steps=list(setup.skip_steps),
+        **setup.overrides["recipe"],
+    )  # fmt: skip
     loader = ZephonDataLoader(
         config, dp_world_size=1, dp_rank=0, seq_len=setup.seq_len, local_batch_size=setup.local_batch_size
     )
@@ -120,7 +128,16 @@ def replay(setup: Setup, step: int) -> tuple[list[Batch], object, str]:
         start, path = found
         loader.load_state_dict(loader_state(path))
         began = f"checkpoint {path}"
-    skip = (step - 1 - start) * per_step
+    skip = 0  # batches to make and drop: the steps between, and the data of skipped steps
+    for t in range(start + 1, step + 1):
+        due = loader.skips.due(t)
+        if due is not None:
+            loader.skips.apply(due)
+            skip += (due[1] - due[0] + 1) * per_step
+        skip += per_step if t < step else 0
+    data_step = step + loader.skips.data_steps
+    if data_step != step:
+        began += f"; step {step} trains on the data of step {data_step} of a run without skips"
     it = iter(pipeline)
     progress = Progress(f"replay: steps {start + 1}-{step - 1} before step {step}", skip, "batches")
     for _ in range(skip):
@@ -129,8 +146,10 @@ def replay(setup: Setup, step: int) -> tuple[list[Batch], object, str]:
     batches = [next(it) for _ in range(per_step)]
     pipeline.close()
     first = {b.index // per_lane for b in batches}
-    if first != {step - 1}:  # a checkpoint from another schedule would shift the indices
-        raise RuntimeError(f"replay reached batches of steps {sorted(s + 1 for s in first)}, not {step}")
+    if first != {data_step - 1}:  # a checkpoint from another schedule would shift the indices
+        raise RuntimeError(
+            f"replay reached the data of steps {sorted(s + 1 for s in first)}, not {data_step}"
+        )
     return batches, pipeline, began
 
 
@@ -186,10 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-batch-size", type=int)
     parser.add_argument("--out", help="write the global batch to this .npz file")
     parser.add_argument("--tokens", type=int, default=12, help="tokens of each row to decode (default 12)")
-    args = parser.parse_args(argv)
+    args, overrides = parser.parse_known_args(argv)
+    if overrides and not args.job:
+        parser.error(f"unrecognized arguments: {' '.join(overrides)}")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.job:
-        setup = from_job(args.job, args.dump_folder)
+        setup = from_job(args.job, args.dump_folder, overrides)
     else:
         missing = [
             n for n in ("global_batch_size", "seq_len", "local_batch_size") if getattr(args, n) is None

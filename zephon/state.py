@@ -132,7 +132,11 @@ def check_version(state: dict) -> None:
 
 
 def diff(saved, current, path: str = "") -> list[str]:
-    """Readable differences between two fingerprints: ``path: saved -> current``."""
+    """Readable differences between two fingerprints: ``path: saved -> current``, or what a
+    current value with an ``explain(saved)`` method (a dataset's files) says changed."""
+    explain = getattr(current, "explain", None)
+    if explain is not None and saved != current:
+        return [f"{path}: {line}" for line in explain(saved)]
     if isinstance(saved, dict) and isinstance(current, dict):
         out = []
         for key in sorted(set(saved) | set(current), key=str):

@@ -3,10 +3,11 @@
 from zephon.io.chunks import Chunk, ChunkTable, Shard
 from zephon.io.dataset import Dataset
 from zephon.io.formats import DataError, Records
-from zephon.io.remote import IOConfig, RemoteUnavailableError
+from zephon.io.remote import ChangedFileError, IOConfig, RemoteUnavailableError
 from zephon.io.tokenizer import TextTokenizer, load_tokenizer
 
 __all__ = [
+    "ChangedFileError",
     "Chunk",
     "ChunkTable",
     "DataError",

@@ -14,7 +14,8 @@ from zephon.io import hub
 from zephon.io.chunks import MAX_CHUNK_BYTES, Chunk, ChunkTable, Shard, auto_chunk_bytes, auto_chunk_rows
 from zephon.io.formats import DataError, Format, Records, format_for, split_suffix
 from zephon.io.plain import plain_copy
-from zephon.io.remote import IOConfig, Opener, RetryPolicy, is_transient, retrying
+from zephon.io.remote import IOConfig, Opener, RetryPolicy, filesystem, is_transient, remote_version, retrying
+from zephon.io.versions import FileVersions
 from zephon.progress import Progress
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
@@ -182,17 +183,19 @@ class Dataset:
         )
         return f"{url}, line {line}"
 
-    def fingerprint(self, io: IOConfig | None = None) -> str:
-        """A digest of what shapes this dataset's data: its files (names relative to their
-        common folder, sizes, versions) and its settings."""
+    def fingerprint(self, io: IOConfig | None = None) -> dict:
+        """What shapes this dataset's data: a digest of its settings, and its files (names
+        relative to their common folder, sizes, versions) as `FileVersions`, which can say
+        which file changed."""
         shards = self.shards(io)
-        root = _common_root([s.url for s in shards])
-        content = [(s.url[len(root) :], s.size, s.version) for s in shards]
         # the path itself is left out: the same files mounted elsewhere are the same data
         settings = [self.name, repr(self.file_format(io)), self.exhausted, self.columns]
-        if self.on_error != "raise":  # (left out by default: fingerprints made before it stay valid)
+        if self.on_error != "raise":
             settings.append(self.on_error)
-        return hashlib.sha256(json.dumps([settings, content]).encode()).hexdigest()[:16]
+        return {
+            "settings": hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16],
+            "files": FileVersions.of(shards, _common_root([s.url for s in shards])),
+        }
 
     def __getstate__(self):
         # workers get the resolved shards but not cached chunk tables (they can be large)
@@ -208,7 +211,7 @@ class Dataset:
 
 def _list_shards(name: str, path: str, storage_options: dict, policy: RetryPolicy) -> list[Shard]:
     try:
-        fs, root = fsspec.core.url_to_fs(path, **storage_options)
+        fs, root = filesystem(path, storage_options)
     except (ValueError, ImportError) as e:
         raise ValueError(f"dataset {name!r}: cannot open {path}: {e}") from e
     infos = retrying(f"dataset {name!r} at {path}", lambda: _find(fs, root), policy)
@@ -216,22 +219,37 @@ def _list_shards(name: str, path: str, storage_options: dict, policy: RetryPolic
         raise FileNotFoundError(f"dataset {name!r}: no such file or folder: {path}")
     if not infos:
         raise ValueError(f"dataset {name!r}: no data files found at {path}")
-    local = get_protocol(path) in ("file", "local")
-    if local:
+    if get_protocol(path) in ("file", "local"):
         return [
             Shard(p, int(infos[p]["size"]), _local_version(p, int(infos[p]["size"]))) for p in sorted(infos)
         ]
-    return [Shard(fs.unstrip_protocol(p), int(infos[p]["size"]), _version(infos[p])) for p in sorted(infos)]
+    return [_remote_shard(name, fs, p, infos[p], policy) for p in sorted(infos)]
 
 
-def _local_version(path: str, size: int, block: int = 64 << 10) -> str:
-    """What identifies a local file's contents, cheaply: a digest of its first, middle and last
-    64 KiB. (Not its modification time: a copy to another machine is the same data.)"""
-    digest = hashlib.sha256(str(size).encode())
+def _remote_shard(name: str, fs, path: str, info: dict, policy: RetryPolicy) -> Shard:
+    """A remote file's shard; its version is what the store reports, or (a server that sends no
+    ETag nor Last-Modified) a sample of its contents, as for a local file."""
+    url, size = fs.unstrip_protocol(path), int(info["size"])
+    version = remote_version(info)
+    if not version:
+        version = retrying(
+            f"dataset {name!r} at {url}", lambda: _sample(size, lambda a, b: fs.cat_file(path, a, b)), policy
+        )
+    return Shard(url, size, version)
+
+
+def _local_version(path: str, size: int) -> str:
+    """What identifies a local file's contents, cheaply: a sample of them. (Not its
+    modification time: a copy to another machine is the same data.)"""
     with open(path, "rb") as f:
-        for start in sorted({0, max(0, size // 2 - block // 2), max(0, size - block)}):
-            f.seek(start)
-            digest.update(f.read(block))
+        return _sample(size, lambda a, b: (f.seek(a), f.read(b - a))[1])
+
+
+def _sample(size: int, read, block: int = 64 << 10) -> str:
+    """A digest of the size and the first, middle and last 64 KiB, read by ``read(start, stop)``."""
+    digest = hashlib.sha256(str(size).encode())
+    for start in sorted({0, max(0, size // 2 - block // 2), max(0, size - block)}):
+        digest.update(read(start, min(size, start + block)))
     return "sample:" + digest.hexdigest()[:16]
 
 
@@ -248,14 +266,6 @@ def _find(fs, root: str) -> dict | None:
     if info["type"] == "directory":
         return {p: i for p, i in fs.find(root, detail=True).items() if split_suffix(p)[0]}
     return {root: info}
-
-
-def _version(info: dict) -> str:
-    """What identifies this version of a remote file, for the cache: ETag, blob id, mtime."""
-    for key in ("ETag", "etag", "blob_id", "md5Hash", "generation", "LastModified", "mtime", "last_modified"):
-        if info.get(key):
-            return str(info[key]).strip('"')
-    return ""
 
 
 def _infer_format(name: str, shards: list[Shard], explicit: str | None) -> Format:

@@ -8,7 +8,14 @@
 
 A transient error (connection refused, timeout, HTTP 408/429/5xx) is retried with exponential
 backoff until ``attempts`` or ``budget`` seconds run out; a permanent one (HTTP 403/404, no such
-file) fails at once. Either way the error names the URL.
+file) fails at once. Either way the error names the URL. S3 clients make one attempt per call
+unless ``storage_options`` set their own retries, so that the budget is the time to fail.
+
+Every range read is bound to the version of the file listed when the run was planned: on S3 by
+its VersionId (where the listing has one) or an If-Match on its ETag; over HTTP(S) by comparing
+the response's ETag or Last-Modified and size with the listed ones. A file that changed fails
+the read with `ChangedFileError` (never retried), so no new bytes reach the run or the cache.
+Other stores (``hf://`` paths are pinned to a commit) are read without that check.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import fsspec
+from fsspec.asyn import sync
 from fsspec.utils import get_protocol
 
 from zephon.errors import with_context
@@ -45,6 +53,10 @@ _TRANSIENT_NAMES = {
 
 class RemoteUnavailableError(OSError):
     """A remote source kept failing with transient errors for the whole retry budget."""
+
+
+class ChangedFileError(OSError):
+    """A remote file is no longer the version listed when the run was planned."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +114,7 @@ def is_transient(error: BaseException | None) -> bool:
     """Whether retrying may help: network trouble, timeouts, HTTP 408, 429 and 5xx. A "not
     found" caused by a network failure (as fsspec's HTTP filesystem reports one) is transient."""
     for _ in range(6):
-        if error is None:
+        if error is None or isinstance(error, ChangedFileError):
             return False
         status = http_status(error)
         if status is not None:
@@ -120,9 +132,26 @@ def is_transient(error: BaseException | None) -> bool:
 
 def http_status(error: BaseException) -> int | None:
     response = getattr(error, "response", None)
-    for value in (getattr(response, "status_code", None), getattr(response, "status", None)):
+    if isinstance(response, dict):  # botocore's ClientError
+        value = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return value if isinstance(value, int) else None
+    for value in (
+        getattr(response, "status_code", None), getattr(response, "status", None),
+        getattr(error, "status", None),  # aiohttp's ClientResponseError
+    ):  # fmt: skip
         if isinstance(value, int):
             return value
+    return None
+
+
+def _status_in_chain(error: BaseException | None) -> int | None:
+    for _ in range(6):
+        if error is None:
+            return None
+        status = http_status(error)
+        if status is not None:
+            return status
+        error = error.__cause__ or error.__context__
     return None
 
 
@@ -145,7 +174,8 @@ def retrying(what: str, fn: Callable[[], T], policy: RetryPolicy) -> T:
                 raise RemoteUnavailableError(
                     f"{what}: still failing after {attempt} attempts in {elapsed:.1f}s "
                     f"({type(e).__name__}: {e}). Check the network, the endpoint and the "
-                    "credentials; io_options={'retries': {...}} sets the retry budget"
+                    f"credentials; the retry budget is {policy.attempts} attempts in "
+                    f"{policy.budget:g}s, set by io_options={{'retries': {{...}}}}"
                 ) from e
             log.warning(
                 "zephon: %s failed (%s: %s); retry %d in %.1fs", what, type(e).__name__, e, attempt, wait
@@ -154,6 +184,8 @@ def retrying(what: str, fn: Callable[[], T], policy: RetryPolicy) -> T:
 
 
 def _permanent(what: str, error: Exception) -> Exception:
+    if isinstance(error, ChangedFileError):
+        return error  # it names the file already
     status = http_status(error)
     if isinstance(error, FileNotFoundError) or status == 404:
         return FileNotFoundError(f"{what}: not found ({type(error).__name__}: {error})")
@@ -188,7 +220,34 @@ class Opener:
         raise ValueError(f"unknown compression {compression!r}")
 
     def filesystem(self, url: str):
-        return fsspec.core.url_to_fs(url, **self.storage_options)
+        return filesystem(url, self.storage_options)
+
+
+def filesystem(url: str, storage_options: dict):
+    """fsspec's filesystem and path for ``url``. An S3 client makes one attempt per call
+    (unless ``storage_options`` say otherwise): its hidden retries would overrun the budget."""
+    options = dict(storage_options)
+    s3 = get_protocol(url) in ("s3", "s3a")
+    if s3:
+        options["config_kwargs"] = {"retries": {"total_max_attempts": 1}, **options.get("config_kwargs", {})}
+    fs, path = fsspec.core.url_to_fs(url, **options)
+    if s3:
+        fs.retries = 1  # s3fs's own retry loop (of "SlowDown" answers); not a storage option
+    return fs, path
+
+
+def remote_version(info: dict) -> str:
+    """What identifies this version of a remote file, from its listing or response headers:
+    ``version-id:`` and its S3 VersionId, else its ETag, blob id or hash, else its modification
+    time; "" if nothing."""
+    version_id = info.get("VersionId")
+    if version_id and version_id != "null":
+        return f"version-id:{version_id}"
+    keys = ("ETag", "etag", "blob_id", "md5Hash", "generation")
+    for key in (*keys, "LastModified", "Last-Modified", "mtime", "last_modified"):
+        if info.get(key):
+            return str(info[key]).strip('"')
+    return ""
 
 
 class RemoteFile:
@@ -197,7 +256,7 @@ class RemoteFile:
     def __init__(self, shard: Shard, opener: Opener):
         self.shard, self.opener, self.pos, self.closed = shard, opener, 0, False
         self.cache = block_cache(opener.io.cache)
-        self._handle = None
+        self._fs = self._path = self._handle = None
 
     def read(self, n: int = -1) -> bytes:
         stop = self.shard.size if n is None or n < 0 else min(self.shard.size, self.pos + n)
@@ -220,11 +279,16 @@ class RemoteFile:
 
     def _fetch_once(self, start: int, stop: int) -> bytes:
         try:
-            if self._handle is None:
-                fs, path = self.opener.filesystem(self.shard.url)
-                self._handle = fs.open(path, "rb", cache_type="none")  # exactly the bytes asked for
-            self._handle.seek(start)
-            data = self._handle.read(stop - start)
+            if self._fs is None:
+                self._fs, self._path = self.opener.filesystem(self.shard.url)
+            pinned = _PINNED.get(get_protocol(self.shard.url))
+            if pinned is not None:
+                data = pinned(self._fs, self._path, self.shard, start, stop)
+            else:
+                if self._handle is None:  # exactly the bytes asked for
+                    self._handle = self._fs.open(self._path, "rb", cache_type="none")
+                self._handle.seek(start)
+                data = self._handle.read(stop - start)
         except Exception:
             self._close_handle()  # a fresh connection for the next attempt
             raise
@@ -257,7 +321,7 @@ class RemoteFile:
         if self._handle is not None:
             with contextlib.suppress(Exception):  # the handle is being dropped anyway
                 self._handle.close()
-            self._handle = None
+        self._fs = self._path = self._handle = None
 
     def close(self) -> None:
         self._close_handle()
@@ -268,3 +332,73 @@ class RemoteFile:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# -- range reads bound to the listed version ------------------------------------------------------
+
+
+def _read_s3(fs, path: str, shard: Shard, start: int, stop: int) -> bytes:
+    """Bytes ``[start, stop)`` of the listed version: by its VersionId, else If-Match its ETag."""
+    bucket, key, _ = fs.split_path(path)
+    if shard.version.startswith("version-id:"):
+        pin = {"VersionId": shard.version.removeprefix("version-id:")}
+    else:
+        pin = {"IfMatch": f'"{shard.version}"'} if shard.version else {}
+
+    async def get() -> bytes:
+        response = await fs._call_s3(
+            "get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{stop - 1}", **pin
+        )
+        try:
+            return await response["Body"].read()
+        finally:
+            response["Body"].close()
+
+    try:
+        return sync(fs.loop, get)
+    except Exception as e:
+        if _status_in_chain(e) != 412:
+            raise
+        now, size = "unknown", "unknown"
+        with contextlib.suppress(Exception):  # only for the message
+            fs.invalidate_cache(path)
+            info = fs.info(path)
+            now, size = remote_version(info), info["size"]
+        raise _changed(shard, now, size) from e
+
+
+def _read_http(fs, url: str, shard: Shard, start: int, stop: int) -> bytes:
+    """Bytes ``[start, stop)``, refused if the response's ETag or Last-Modified (the listed
+    version) or total size differ from the listing's: HTTP servers need not honour If-Match."""
+
+    async def get():
+        session = await fs.set_session()
+        kwargs = dict(fs.kwargs)
+        headers = {
+            **kwargs.pop("headers", {}),
+            "Range": f"bytes={start}-{stop - 1}",
+            "Accept-Encoding": "identity",
+        }
+        async with session.get(fs.encode_url(url), headers=headers, **kwargs) as r:
+            r.raise_for_status()
+            return r.status, r.headers, await r.read()
+
+    status, headers, data = sync(fs.loop, get)
+    total = headers.get("Content-Range", "/*").rsplit("/", 1)[-1] if status == 206 else str(len(data))
+    now = remote_version(headers)
+    listed = "" if shard.version.startswith("sample:") else shard.version  # a sample: size only
+    if (now and listed and now != listed) or (total.isdigit() and int(total) != shard.size):
+        raise _changed(shard, now or "unknown", total)
+    return data if status == 206 else data[start:stop]  # a server that ignores ranges sends it all
+
+
+def _changed(shard: Shard, now: str, size) -> ChangedFileError:
+    return ChangedFileError(
+        f"{shard.url} changed since the run was planned: it was version {shard.version!r} "
+        f"({shard.size} bytes) when listed and is {now!r} ({size} bytes) now, so its bytes are not "
+        "the ones this run was planned on. Put the original file back to continue the run, or "
+        "start a new run (without this state) on the new data"
+    )
+
+
+_PINNED = {"s3": _read_s3, "s3a": _read_s3, "http": _read_http, "https": _read_http}
