@@ -183,3 +183,24 @@ def test_start_makes_a_separate_run_of_the_same_recipe(make_rank):
     assert next(iter(resumed)).lane == 5, "lanes 0-4 delivered their batch 0; lane 5 is next"
     for run in (pipeline, other, resumed):
         run.close()
+
+
+def test_the_table_of_what_may_change_covers_every_option_and_holds(make_rank):
+    import dataclasses
+
+    from zephon.fingerprint import MAY_CHANGE, PERFORMANCE_OPTIONS, SHAPING_OPTIONS
+    from zephon.options import Options
+
+    names = {f.name for f in dataclasses.fields(Options)}
+    assert names == set(SHAPING_OPTIONS) | set(PERFORMANCE_OPTIONS) | {"dp_rank", "dp_world_size"}
+    assert set(PERFORMANCE_OPTIONS) < set(MAY_CHANGE)
+    base = make_rank(1, 0).fingerprint()
+    changed = dict(
+        runner="process", prefetch=3, read_parallelism=3, worker_timeout=5.0,
+        io_options={"retries": {"attempts": 2}}, parallelism=3,
+    )  # fmt: skip
+    for name, value in changed.items():
+        assert make_rank(1, 0, **{name: value}).fingerprint() == base, f"{name} may change"
+    assert make_rank(2, 1).fingerprint() == base, "dp_rank, dp_world_size may change"
+    for name, value in dict(num_lanes=4, chunk_size=64, chunk_bytes=4096, window_rows=16).items():
+        assert make_rank(1, 0, **{name: value}).fingerprint() != base, f"{name} shapes the data"

@@ -5,16 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from zephon.fields import check_table
+from zephon.fingerprint import PERFORMANCE_OPTIONS
 from zephon.io.remote import IOConfig
 from zephon.runners import RUNNERS
 
-# Options that shape the data: part of the recipe fingerprint. The rest are performance knobs
-# and may change freely between save and restore.
-SHAPING = ("num_lanes", "chunk_size", "chunk_bytes", "window_rows")
-# Options that change only speed: they may differ between save and restore, and change on a
-# pipeline that holds a run's state. (dp_rank and dp_world_size may differ between save and
-# restore too, but decide which lanes a pipeline's state holds.)
-PERFORMANCE = ("runner", "prefetch", "read_parallelism", "io_options", "worker_timeout")
+# Options that change only speed (zephon.fingerprint's table of what may change on restore):
+# they may also change on a pipeline that holds a run's state. (dp_rank and dp_world_size may
+# differ between save and restore too, but decide which lanes a pipeline's state holds.)
+PERFORMANCE = PERFORMANCE_OPTIONS
 # Upper bounds, where a larger value would exhaust memory or time before doing anything useful
 LIMITS = {"num_lanes": 1 << 16, "prefetch": 1 << 12, "read_parallelism": 512, "window_rows": 1 << 20,
           "chunk_size": 1 << 24, "chunk_bytes": 1 << 32}  # fmt: skip
@@ -85,6 +83,3 @@ class Options:
     def owned_lanes(self) -> list[int]:
         per_rank = self.num_lanes // self.dp_world_size
         return list(range(self.dp_rank * per_rank, (self.dp_rank + 1) * per_rank))
-
-    def shaping(self) -> dict:
-        return {name: getattr(self, name) for name in SHAPING}

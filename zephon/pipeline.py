@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 
+from zephon import fingerprint
 from zephon.batch import Batch
 from zephon.fields import check_table
 from zephon.io import Dataset
@@ -23,7 +24,6 @@ from zephon.run import Run
 from zephon.runners import thread_map
 from zephon.work import DatasetWorkSource, LanePlan, PlanContext, StaticMixtureWorkSource
 
-PLAN_VERSION = 2  # bump when the planning, mixing or packing algorithms change what a recipe yields
 BEST_FIT_WINDOW_ROWS = 64  # best-fit packs a window at a time: enough rows to pack well
 
 
@@ -141,16 +141,9 @@ class Pipeline:
         return self._options.owned_lanes()
 
     def fingerprint(self) -> dict:
-        """Everything that shapes the data, readable, so that a mismatch can be named.
-
-        Settings that only change speed (``zephon.options.PERFORMANCE``, parallelism) are left
-        out: they may change between save and restore."""
-        return {
-            "plan_version": PLAN_VERSION,
-            "source": self.source.fingerprint(self._options.io),
-            "options": {**self._options.shaping(), "window_rows": self.window_rows()},
-            "operators": [{"kind": op.kind, **op.params()} for op in self._ops],
-        }
+        """Everything that shapes the data, readable, so that a mismatch can be named; what may
+        change on restore is left out (see zephon.fingerprint, which makes it)."""
+        return fingerprint.of_pipeline(self)
 
     # -- running: the pipeline's own run -------------------------------------------------------
 

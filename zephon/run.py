@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from zephon.batch import Batch
+from zephon.fingerprint import check_restore
 from zephon.lanes import ChunkStreams, lane_batches
 from zephon.ops.containers import sum_counters
 from zephon.runners import LaneDriver, get_runner
-from zephon.state import VERSION, LaneState, check_version, diff
+from zephon.state import VERSION, LaneState, check_version
 from zephon.work import LanePlan
 
 if TYPE_CHECKING:
@@ -84,10 +85,7 @@ class Run:
         the same recipe (runner, parallelism and dp_world_size may differ)."""
         check_version(state)
         pipeline = self.pipeline
-        changes = diff(state.get("fingerprint"), pipeline.fingerprint())
-        if changes:
-            changed = "; ".join(changes)
-            raise ValueError(f"the checkpoint was made with a different recipe; changed: {changed}")
+        check_restore(state.get("fingerprint"), pipeline.fingerprint())
         strange = sorted(k for k in state["lanes"] if not (k.isdigit() and int(k) < pipeline.opts.num_lanes))
         if strange:
             raise ValueError(

@@ -19,8 +19,9 @@ Shape (JSON-safe)::
 A lane's state is a few integers per dataset whatever the step. Restore replays window ``w``
 from its first token and drops the ``n`` batches already delivered.
 
-What may change between save and restore: runner, parallelism, prefetch, dp_rank and
-dp_world_size (any that divides num_lanes). Anything in the fingerprint may not.
+What may change between save and restore is the table ``MAY_CHANGE`` of zephon.fingerprint
+(runner, parallelism, prefetch, dp_rank and dp_world_size, any that divides num_lanes, ...);
+anything in the fingerprint may not.
 """
 
 from __future__ import annotations
@@ -129,22 +130,3 @@ def check_version(state: dict) -> None:
         raise ValueError(
             f"pipeline state version {state['version']} is not supported; this zephon reads version {VERSION}"
         )
-
-
-def diff(saved, current, path: str = "") -> list[str]:
-    """Readable differences between two fingerprints: ``path: saved -> current``, or what a
-    current value with an ``explain(saved)`` method (a dataset's files) says changed."""
-    explain = getattr(current, "explain", None)
-    if explain is not None and saved != current:
-        return [f"{path}: {line}" for line in explain(saved)]
-    if isinstance(saved, dict) and isinstance(current, dict):
-        out = []
-        for key in sorted(set(saved) | set(current), key=str):
-            sub = f"{path}.{key}" if path else str(key)
-            out += diff(saved.get(key, "<absent>"), current.get(key, "<absent>"), sub)
-        return out
-    if isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current):
-        return [
-            d for i, (a, b) in enumerate(zip(saved, current, strict=True)) for d in diff(a, b, f"{path}[{i}]")
-        ]
-    return [] if saved == current else [f"{path}: {saved!r} -> {current!r}"]

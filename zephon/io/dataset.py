@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 
@@ -15,7 +14,6 @@ from zephon.io.chunks import MAX_CHUNK_BYTES, Chunk, ChunkTable, Shard, auto_chu
 from zephon.io.formats import DataError, Format, Records, format_for, split_suffix
 from zephon.io.plain import plain_copy
 from zephon.io.remote import IOConfig, Opener, RetryPolicy, filesystem, is_transient, remote_version, retrying
-from zephon.io.versions import FileVersions
 from zephon.progress import Progress
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
@@ -184,18 +182,10 @@ class Dataset:
         return f"{url}, line {line}"
 
     def fingerprint(self, io: IOConfig | None = None) -> dict:
-        """What shapes this dataset's data: a digest of its settings, and its files (names
-        relative to their common folder, sizes, versions) as `FileVersions`, which can say
-        which file changed."""
-        shards = self.shards(io)
-        # the path itself is left out: the same files mounted elsewhere are the same data
-        settings = [self.name, repr(self.file_format(io)), self.exhausted, self.columns]
-        if self.on_error != "raise":
-            settings.append(self.on_error)
-        return {
-            "settings": hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16],
-            "files": FileVersions.of(shards, _common_root([s.url for s in shards])),
-        }
+        """What shapes this dataset's data (see zephon.fingerprint)."""
+        from zephon.fingerprint import of_dataset
+
+        return of_dataset(self, io)
 
     def __getstate__(self):
         # workers get the resolved shards but not cached chunk tables (they can be large)
@@ -288,7 +278,7 @@ def _infer_format(name: str, shards: list[Shard], explicit: str | None) -> Forma
     return format_for(*kinds.pop())
 
 
-def _common_root(urls: list[str]) -> str:
+def common_root(urls: list[str]) -> str:
     if len(urls) == 1:
         return urls[0].rsplit("/", 1)[0] + "/"
     prefix = urls[0]

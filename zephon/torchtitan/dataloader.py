@@ -28,7 +28,7 @@ from torchtitan.components.dataloader import BaseDataLoader
 
 from zephon import merge_states
 from zephon.batch import global_step_digest
-from zephon.state import diff
+from zephon.fingerprint import diff
 from zephon.torchtitan import metrics
 from zephon.torchtitan.checks import check_batch_geometry
 from zephon.torchtitan.digests import StepDigestWriter

@@ -76,12 +76,10 @@ class StaticMixtureWorkSource:
         return [d.name for d in self.datasets]
 
     def fingerprint(self, io: IOConfig | None = None) -> dict:
-        return {
-            "datasets": {d.name: d.fingerprint(io) for d in self.datasets},
-            "mixture": {d.name: s for d, s in zip(self.datasets, self.shares, strict=True)},
-            "mixture_unit": self.unit,
-            "seed": self.seed,
-        }
+        """What shapes the data of the datasets and their mixture (see zephon.fingerprint)."""
+        from zephon.fingerprint import of_source
+
+        return of_source(self, io)
 
     def lane_schedule(self, num_lanes: int):
         """What each lane's mixer follows when the shares change over the run: None here."""
@@ -123,11 +121,6 @@ class ScheduledMixtureWorkSource(StaticMixtureWorkSource):
         self.schedule = Schedule(schedule, names)
         super().__init__(datasets, dict.fromkeys(names, 1.0), token_estimation, seed)
         self.shares = list(self.schedule.points[0].shares)  # where the run starts
-
-    def fingerprint(self, io: IOConfig | None = None) -> dict:
-        out = super().fingerprint(io)
-        out["schedule"] = self.schedule.to_json()
-        return out
 
     def lane_schedule(self, num_lanes: int):
         return self.schedule.for_lane(num_lanes)
