@@ -73,10 +73,15 @@ def _flat(fast, texts: list[str]):
 class FastBackend:
     """``fastokens`` for one tokenizer file, checked against the reference as described above.
 
-    It loads in a background thread (building it takes a few tenths of a second); until it is
-    ready, and wherever it is not exact, :meth:`encode_flat` answers None and the reference
-    encodes: the same ids either way.
+    It loads in a background thread (building it takes a few tenths of a second, probing as
+    much again the first time). :meth:`encode_flat` waits for it up to ``patience`` seconds:
+    the reference would take longer over the same texts (a 1 MiB chunk is about a twentieth of
+    a second for it, a few milliseconds for fastokens) and compete for the cores the loading
+    needs. Past that, and wherever it is not exact, :meth:`encode_flat` answers None and the
+    reference encodes: the same ids either way.
     """
+
+    patience = 5.0
 
     def __init__(self, raw_json: bytes, reference, key: str, verdict: bool | None):
         self.reference, self.key, self.fast = reference, key, None
@@ -108,7 +113,7 @@ class FastBackend:
 
     def encode_flat(self, texts: list[str]):
         """(ids uint32, offsets int64 [n + 1]) or None where the reference must be used."""
-        if not self.ready.is_set() or not self.on:
+        if not self.ready.wait(self.patience) or not self.on:
             return None
         ids, offsets = _flat(self.fast, texts)
         with self.lock:
