@@ -18,7 +18,7 @@ import pytest
 from zephon import Dataset, Options, Pipeline
 from zephon.io import DataError
 from zephon.testing import drain, take, write_jsonl
-from zephon.testing.functions import failing_on_seven, raises_two_argument_error, shout
+from zephon.testing.functions import failing_on_seven, raises_two_argument_error, rename_content, shout
 
 # -- settings and states ------------------------------------------------------------------------
 
@@ -272,6 +272,18 @@ def test_a_record_whose_field_is_not_text_is_named_by_file_and_row(tmp_path, gpt
     )
     message = _error_of(pipeline)
     assert "d.parquet, row 200: tokenize(field='text'): expected a string, got NoneType" in message, message
+
+
+def test_a_parquet_dataset_without_the_column_to_tokenize_is_named_before_any_batch(tmp_path, gpt2):
+    from zephon.testing import write_parquet
+
+    path = write_parquet(str(tmp_path / "d.parquet"), [{"content": f"row {i}"} for i in range(300)], 64)
+    pipeline = Pipeline(Dataset.from_path("d", path)).tokenize(gpt2).pack_flat(8).batch(1)
+    message = r"tokenize\(field='text'\), but .*d\.parquet has no such column; its columns are \['content'\]"
+    with pytest.raises(ValueError, match=message):
+        next(iter(pipeline))  # the plan is made before the first batch
+    renamed = Pipeline(Dataset.from_path("d", path)).map(rename_content).tokenize(gpt2).pack_flat(8).batch(1)
+    assert len(take(renamed, 3)) == 3  # a map may make the field: no check then
 
 
 def test_a_truncated_gzip_file_is_named_as_damaged(tmp_path, gpt2):

@@ -221,4 +221,25 @@ class Pipeline:
             io=self._options.io,
             map_fn=thread_map,
         )
-        return self.source.plan(ctx)
+        plan = self.source.plan(ctx)
+        self._check_text_field()
+        return plan
+
+    def _check_text_field(self) -> None:
+        """A Parquet or Arrow dataset without the column ``tokenize`` reads is named before any
+        batch (unless a ``map`` before it may make the field)."""
+        for op in self._ops:
+            if isinstance(op, Map):
+                return
+            if isinstance(op, Tokenize):
+                break
+        else:
+            return
+        io = self._options.io
+        for d in self.source.datasets:
+            names = d.field_names(io)
+            if names is not None and op.field not in names:
+                raise ValueError(
+                    f"dataset {d.name!r}: tokenize(field={op.field!r}), but {d.shards(io)[0].url} has no "
+                    f"such column; its columns are {names}: pass field=, or map the records first"
+                )

@@ -148,6 +148,14 @@ class Dataset:
                 f"dataset {self.name!r}: no column(s) {missing} in {shard.url}; its columns are {names}"
             )
 
+    def field_names(self, io: IOConfig | None = None) -> list[str] | None:
+        """The fields of this dataset's records, from its first file's schema (Parquet, Arrow;
+        ``columns`` where given), or None where the format has no schema."""
+        if self.columns is not None:
+            return list(self.columns)
+        shards = self.shards(io)
+        return self.file_format(io).schema_names(shards[0], self.opener(io)) if shards else None
+
     def opener(self, io: IOConfig | None = None) -> Opener:
         return Opener(io or IOConfig(), self.storage_options)
 

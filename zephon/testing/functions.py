@@ -35,3 +35,8 @@ def failing_on_seven(record: dict) -> dict:
     if record["text"].endswith(" 7"):
         raise KeyError("seven")
     return record
+
+
+def rename_content(record: dict) -> dict:
+    """``{"content": x}`` -> ``{"text": x}``."""
+    return {"text": record["content"]}
