@@ -134,9 +134,11 @@ def _copy_checkpoint(source: str, dump, step: int) -> str:
     return str(dump)
 
 
-def test_a_misconfigured_launch_stops_every_rank_before_step_1(tmp_path):
+def test_a_misconfigured_launch_stops_every_rank_before_step_1(tmp_path, monkeypatch):
     # every launch rule is tested in-process (test_torchtitan_config.py); this is the real path
+    monkeypatch.setenv("LOG_RANK", "0,1,2")  # whichever rank torchrun hears from first
     rc, log = run_train(3, str(tmp_path / "bad"), timeout=300)
+    assert "FATAL" not in log and "SIGABRT" not in log, "every rank exits cleanly, none aborts"
     assert rc != 0 and "the data-parallel size is 3 but the recipe has num_lanes = 8" in log, log[-3000:]
     assert "step:  1" not in log and "Training starts" not in log
 

@@ -87,8 +87,10 @@ class FastBackend:
         self.reference, self.key, self.fast = reference, key, None
         self.on, self.sampled, self.lock = True, False, threading.Lock()
         self.ready = threading.Event()
+        # not a daemon: the interpreter waits for it at exit (under a second) instead of stopping
+        # it inside fastokens' native code, which aborts the process (SIGABRT)
         threading.Thread(
-            target=self._load, args=(raw_json, verdict), name="zephon-fastokens", daemon=True
+            target=self._load, args=(raw_json, verdict), name="zephon-fastokens", daemon=False
         ).start()
 
     def _load(self, raw_json: bytes, verdict: bool | None) -> None:
