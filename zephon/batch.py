@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from zephon.ops.containers import RowPatches
+
 IGNORE_INDEX = -100
 
 
@@ -26,16 +28,29 @@ class Batch:
     sources: np.ndarray  # int16 [B, max_length + 1]
     starts: np.ndarray | None = None  # bool [B, max_length + 1]: each document's first token
     counters: dict[str, int] = field(default_factory=dict)
+    vision: RowPatches | None = None  # image-text data: image tokens and their patches
+    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # (mean, std) per channel
 
     def to_training(self) -> dict[str, np.ndarray]:
-        """``input_ids``, ``labels`` (next tokens, -100 on padding), ``positions``: int64 [B, L]."""
+        """``input_ids``, ``labels`` (next tokens, -100 on padding), ``positions``: int64 [B, L].
+
+        Image-text batches add ``image_mask`` (bool [B, L]: the inputs that are image tokens),
+        ``pixel_values`` (float32 [P, patch, patch, 3], normalized: one patch per image token of
+        ``input_ids``, in row-major order) and ``image_spans`` (int64 [S, 6]: row, first position,
+        tokens, index of its first patch in its image, grid height, grid width, for each run of
+        one image's tokens in a row); labels are -100 where the next token is an image token.
+        """
         labels = self.tokens[:, 1:].astype(np.int64)
         labels[self.sources[:, 1:] < 0] = IGNORE_INDEX
-        return {
+        out = {
             "input_ids": self.tokens[:, :-1].astype(np.int64),
             "labels": labels,
             "positions": self.positions[:, :-1].astype(np.int64),
         }
+        if self.vision is not None:
+            labels[self.vision.mask[:, 1:]] = IGNORE_INDEX
+            out.update(vision_inputs(self.vision, self.normalize))
+        return out
 
     def source_spans(self, row: int) -> list[tuple[int, int, int]]:
         """Provenance of one packed row: ``(dataset index, start, stop)`` for each run of tokens
@@ -58,11 +73,40 @@ class Batch:
         return np.bincount(self.sources[self.starts], minlength=num_datasets)
 
     def digest(self) -> str:
-        """SHA-256 of the lane, the index and the token, position and source arrays."""
+        """SHA-256 of the lane, the index and the token, position and source arrays (and for
+        image-text data the image tokens, their pixels and places in their images)."""
         h = hashlib.sha256(f"{self.lane}:{self.index}:{self.tokens.shape}".encode())
-        for array in (self.tokens, self.positions, self.sources):
+        arrays = [self.tokens, self.positions, self.sources]
+        if self.vision is not None:
+            arrays += [self.vision.mask, self.vision.patches.pixels, self.vision.patches.grid]
+        for array in arrays:
             h.update(np.ascontiguousarray(array).tobytes())
         return h.hexdigest()
+
+
+def vision_inputs(vision: RowPatches, normalize) -> dict[str, np.ndarray]:
+    """What a model needs of a batch's images, for its inputs (a row's last token is only a label)."""
+    mask = vision.mask
+    rows, cols = np.nonzero(mask)  # row-major: the order of the patches
+    keep = cols < mask.shape[1] - 1
+    pixels, grid = vision.patches.pixels[keep], vision.patches.grid[keep]
+    rows, cols = rows[keep], cols[keep]
+    side = round((pixels.shape[1] // 3) ** 0.5)
+    values = pixels.reshape(-1, side, side, 3).astype(np.float32) / 255.0
+    if normalize is not None:
+        mean, std = (np.asarray(v, np.float32) for v in normalize)
+        values = (values - mean) / std
+    # a span starts where the row, the column run or the image changes
+    new = np.ones(len(rows), bool)
+    new[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1] + 1) | (grid[1:, 0] != grid[:-1, 0] + 1)
+    first = np.flatnonzero(new)
+    count = np.diff(np.append(first, len(rows)))
+    spans = np.stack([rows[first], cols[first], count, grid[first, 0], grid[first, 1], grid[first, 2]], 1)
+    return {
+        "image_mask": mask[:, :-1].copy(),
+        "pixel_values": values,
+        "image_spans": spans.astype(np.int64).reshape(-1, 6),
+    }
 
 
 def global_step_digest(batches: list[Batch] | list[tuple[int, int, str]]) -> str:

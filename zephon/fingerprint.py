@@ -77,7 +77,7 @@ def of_dataset(dataset, io=None) -> dict:
     from zephon.io.dataset import common_root
     from zephon.io.versions import FileVersions
 
-    shards = dataset.shards(io)
+    shards = dataset.files(io)
     settings = [dataset.name, repr(dataset.file_format(io)), dataset.exhausted, dataset.columns]
     if dataset.on_error != "raise":
         settings.append(dataset.on_error)

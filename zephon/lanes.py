@@ -176,6 +176,7 @@ class LaneOps:
     shuffle: Shuffle | None
     batch: BatchRows
     window_rows: int
+    normalize: tuple | None = None  # image-text data: (mean, std) of images()
 
     def rows_in(self, window: int) -> int:
         """Windows start at one microbatch and double up to ``window_rows``: every lane gives
@@ -221,7 +222,8 @@ def lane_batches(
                 )
             for j in range(skip, len(parts)):
                 part = parts[j]
-                batch = Batch(lane, index + j, part.tokens, part.positions, part.sources, part.starts)
+                batch = Batch(lane, index + j, part.tokens, part.positions, part.sources, part.starts,
+                              vision=part.vision, normalize=ops.normalize)  # fmt: skip
                 batch.counters = counters if j == 0 else {}
                 last = j == len(parts) - 1
                 yield (batch, window + 1, 0, end) if last else (batch, window, j + 1, at_start)

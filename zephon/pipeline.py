@@ -18,7 +18,7 @@ from zephon.batch import Batch
 from zephon.fields import check_table
 from zephon.io import Dataset
 from zephon.lanes import ChunkWork, LaneOps
-from zephon.ops import BatchRows, Filter, Map, Operator, PackFlat, Read, Shuffle, Tokenize
+from zephon.ops import BatchRows, Filter, Images, Map, Operator, PackFlat, Read, Shuffle, Tokenize
 from zephon.options import PERFORMANCE, RENAMED, Options
 from zephon.run import Run
 from zephon.runners import thread_map
@@ -100,11 +100,34 @@ class Pipeline:
     def filter(self, fn: Callable[[dict], bool], parallelism: int | None = None) -> Pipeline:
         return self._then(Filter(fn, parallelism))
 
+    def images(
+        self, field: str = "image", size: int = 224, patch: int = 16, resize: str = "crop",
+        mean: tuple[float, float, float] = (0.5, 0.5, 0.5), std: tuple[float, float, float] = (0.5, 0.5, 0.5),
+        parallelism: int | None = None,
+    ) -> Pipeline:  # fmt: skip
+        """Decodes, resizes and cuts ``record[field]`` into patches (see ``zephon.ops.images``);
+        then ``tokenize(image_token=...)`` gives one token per patch."""
+        if any(isinstance(op, Images) for op in self._ops):
+            raise ValueError("a pipeline takes one images() step (one patch size for all images)")
+        return self._then(Images(field, size, patch, resize, mean, std, parallelism))
+
     def tokenize(
         self, tokenizer_id: str, field: str = "text", parallelism: int | None = None,
         add_bos: bool | None = None, add_eos: bool = True, backend: str = "auto",
+        image_token: int | str | None = None,
     ) -> Pipeline:  # fmt: skip
-        return self._then(Tokenize(tokenizer_id, field, add_bos, add_eos, parallelism, backend))
+        """Tokenizes ``record[field]``; after ``images()``, each image patch becomes one
+        ``image_token`` (an id, or a token's name) before the text."""
+        images = next((op for op in self._ops if isinstance(op, Images)), None)
+        if images is not None and image_token is None:
+            raise ValueError(
+                f"the records carry images (images(field={images.field!r})): pass "
+                "tokenize(image_token=...), the id or name of the token that stands for one patch"
+            )
+        image_field = images.field if images is not None else None
+        return self._then(
+            Tokenize(tokenizer_id, field, add_bos, add_eos, parallelism, backend, image_field, image_token)
+        )
 
     def pack_flat(self, max_length: int, algorithm: str = "wrap") -> Pipeline:
         return self._then(PackFlat(max_length, algorithm, self._pad_id()))
@@ -204,7 +227,10 @@ class Pipeline:
 
     def lane_ops(self) -> LaneOps:
         by_type = {type(op): op for op in self._ops}
-        return LaneOps(by_type[PackFlat], by_type.get(Shuffle), by_type[BatchRows], self.window_rows())
+        images = by_type.get(Images)
+        normalize = (images.mean, images.std) if images is not None else None
+        pack, batch = by_type[PackFlat], by_type[BatchRows]
+        return LaneOps(pack, by_type.get(Shuffle), batch, self.window_rows(), normalize)
 
     def chunk_work(self) -> tuple[ChunkWork, int]:
         """The stateless operators fused into one function per chunk, and its parallelism."""
@@ -222,8 +248,23 @@ class Pipeline:
             map_fn=thread_map,
         )
         plan = self.source.plan(ctx)
+        self._check_image_field()
         self._check_text_field()
         return plan
+
+    def _check_image_field(self) -> None:
+        """``images(field=...)`` names a field that no dataset's schema has: a misspelling, named
+        before any batch (datasets without a schema, JSON lines, are not checked)."""
+        images = next((op for op in self._ops if isinstance(op, Images)), None)
+        if images is None or any(isinstance(op, Map) for op in self._ops[: self._ops.index(images)]):
+            return
+        io = self._options.io
+        names = {d.name: d.field_names(io) for d in self.source.datasets}
+        if all(n is not None and images.field not in n for n in names.values()):
+            raise ValueError(
+                f"images(field={images.field!r}), but no dataset has such a field: their fields are "
+                f"{names} (a folder of images with a metadata.jsonl needs format='imagefolder')"
+            )
 
     def _check_text_field(self) -> None:
         """A Parquet or Arrow dataset without the column ``tokenize`` reads is named before any

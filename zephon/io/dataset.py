@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -12,6 +13,7 @@ from fsspec.utils import get_protocol
 from zephon.io import hub
 from zephon.io.chunks import MAX_CHUNK_BYTES, Chunk, ChunkTable, Shard, auto_chunk_bytes, auto_chunk_rows
 from zephon.io.formats import DataError, Format, Records, format_for, split_suffix
+from zephon.io.formats.imagefolder import is_image, is_metadata
 from zephon.io.plain import plain_copy
 from zephon.io.remote import IOConfig, Opener, RetryPolicy, filesystem, is_transient, remote_version, retrying
 from zephon.progress import Progress
@@ -29,7 +31,8 @@ class Dataset:
     Build it with :meth:`from_path`. Resolution (listing files) and planning (reading metadata)
     happen when a pipeline first starts, once, and are cached on the object.
 
-    - ``format``: ``jsonl``, ``parquet``, ``arrow`` or ``text``; by default from the file names.
+    - ``format``: ``jsonl``, ``parquet``, ``arrow``, ``text`` or ``webdataset`` (``.tar``); by
+      default from the file names. ``imagefolder``: a folder of images with a metadata.jsonl.
     - ``exhausted``: what a lane does when this dataset runs out: ``"stop"`` ends the lane,
       ``"repeat"`` starts a new epoch with a new permutation of the chunks.
     - ``columns``: read only these fields of each record.
@@ -80,16 +83,28 @@ class Dataset:
             if hub.is_hub_split(self.path):
                 shards, fmt = hub.resolve(self.path, policy)
                 self._cache["hub_format"] = fmt
+            elif self.format == "imagefolder":
+                shards, self._cache["images"] = _list_image_folder(
+                    self.name, self.path, self.storage_options, policy
+                )
             else:
                 shards = _list_shards(self.name, self.path, self.storage_options, policy)
             self._cache["shards"] = shards
         return self._cache["shards"]
 
+    def files(self, io: IOConfig | None = None) -> list[Shard]:
+        """Every file whose bytes this dataset reads: its shards, and an image folder's images."""
+        shards = self.shards(io)
+        return shards + self._cache.get("images", [])
+
     def file_format(self, io: IOConfig | None = None) -> Format:
         if "format" not in self._cache:
             shards = self.shards(io)
             explicit = self.format or self._cache.get("hub_format")
-            self._cache["format"] = _infer_format(self.name, shards, explicit)
+            fmt = _infer_format(self.name, shards, explicit)
+            if "images" in self._cache:
+                fmt.bind(self._cache["images"])
+            self._cache["format"] = fmt
         return self._cache["format"]
 
     def chunks(
@@ -198,7 +213,7 @@ class Dataset:
     def __getstate__(self):
         # workers get the resolved shards but not cached chunk tables (they can be large)
         state = dict(self.__dict__)
-        keep = ("shards", "plain", "format", "hub_format")
+        keep = ("shards", "plain", "format", "hub_format", "images")
         state["_cache"] = {k: v for k, v in self._cache.items() if k in keep}
         return state
 
@@ -207,21 +222,42 @@ class Dataset:
             object.__setattr__(self, k, v)
 
 
-def _list_shards(name: str, path: str, storage_options: dict, policy: RetryPolicy) -> list[Shard]:
+def _list_shards(
+    name: str, path: str, storage_options: dict, policy: RetryPolicy, every_file: bool = False
+) -> list[Shard]:
     try:
         fs, root = filesystem(path, storage_options)
     except (ValueError, ImportError) as e:
         raise ValueError(f"dataset {name!r}: cannot open {path}: {e}") from e
-    infos = retrying(f"dataset {name!r} at {path}", lambda: _find(fs, root), policy)
+    infos = retrying(f"dataset {name!r} at {path}", lambda: _find(fs, root, every_file), policy)
     if infos is None:
         raise FileNotFoundError(f"dataset {name!r}: no such file or folder: {path}")
     if not infos:
         raise ValueError(f"dataset {name!r}: no data files found at {path}")
     if get_protocol(path) in ("file", "local"):
+        if every_file:  # an image folder: many files, each versioned by its modification time
+            return [Shard(p, int(infos[p]["size"]), _mtime_version(p)) for p in sorted(infos)]
         return [
             Shard(p, int(infos[p]["size"]), _local_version(p, int(infos[p]["size"]))) for p in sorted(infos)
         ]
     return [_remote_shard(name, fs, p, infos[p], policy) for p in sorted(infos)]
+
+
+def _list_image_folder(
+    name: str, path: str, storage_options: dict, policy: RetryPolicy
+) -> tuple[list[Shard], list[Shard]]:
+    """A folder of images with its metadata.jsonl: (the metadata files, the image files). Both
+    are in the fingerprint (``Dataset.files``); a local image is versioned by its modification
+    time, not a sample of its bytes, so that a folder of many images lists fast."""
+    all_shards = _list_shards(name, path, storage_options, policy, every_file=True)
+    metadata = [s for s in all_shards if is_metadata(s.url)]
+    images = [s for s in all_shards if is_image(s.url)]
+    if not metadata:
+        raise ValueError(
+            f"dataset {name!r}: format='imagefolder' reads a folder with a metadata.jsonl (one line per "
+            f"image: its file_name and caption), and {path} has none"
+        )
+    return metadata, images
 
 
 def _remote_shard(name: str, fs, path: str, info: dict, policy: RetryPolicy) -> Shard:
@@ -243,6 +279,10 @@ def _local_version(path: str, size: int) -> str:
         return _sample(size, lambda a, b: (f.seek(a), f.read(b - a))[1])
 
 
+def _mtime_version(path: str) -> str:
+    return f"mtime:{os.stat(path).st_mtime_ns}"
+
+
 def _sample(size: int, read, block: int = 64 << 10) -> str:
     """A digest of the size and the first, middle and last 64 KiB, read by ``read(start, stop)``."""
     digest = hashlib.sha256(str(size).encode())
@@ -251,8 +291,9 @@ def _sample(size: int, read, block: int = 64 << 10) -> str:
     return "sample:" + digest.hexdigest()[:16]
 
 
-def _find(fs, root: str) -> dict | None:
-    """File infos under ``root`` (a glob, a folder or a file), or None if nothing is there."""
+def _find(fs, root: str, every_file: bool = False) -> dict | None:
+    """File infos under ``root`` (a glob, a folder or a file), or None if nothing is there; in a
+    folder, the files of a known format (``every_file``: all)."""
     if fsspec.core.has_magic(root):
         return {p: i for p, i in fs.glob(root, detail=True).items() if i["type"] == "file"}
     try:
@@ -262,7 +303,7 @@ def _find(fs, root: str) -> dict | None:
             raise
         return None
     if info["type"] == "directory":
-        return {p: i for p, i in fs.find(root, detail=True).items() if split_suffix(p)[0]}
+        return {p: i for p, i in fs.find(root, detail=True).items() if every_file or split_suffix(p)[0]}
     return {root: info}
 
 
@@ -277,7 +318,7 @@ def _infer_format(name: str, shards: list[Shard], explicit: str | None) -> Forma
         unknown = next(s.url for s in shards if split_suffix(s.url) == (None, None))
         raise ValueError(
             f"dataset {name!r}: cannot tell the format of {unknown}; pass format= "
-            "(jsonl, parquet, arrow or text)"
+            "(jsonl, parquet, arrow, text, webdataset or imagefolder)"
         )
     if len(kinds) > 1:
         raise ValueError(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import logging
 import os
 import threading
@@ -194,6 +195,10 @@ def _permanent(what: str, error: Exception) -> Exception:
     return with_context(error, what)
 
 
+_FILESYSTEMS: dict[tuple, object] = {}
+_FILESYSTEMS_LOCK = threading.Lock()
+
+
 class Opener:
     """Opens the shards of one dataset: local files directly, remote ones by range requests."""
 
@@ -220,7 +225,21 @@ class Opener:
         raise ValueError(f"unknown compression {compression!r}")
 
     def filesystem(self, url: str):
-        return filesystem(url, self.storage_options)
+        """fsspec's filesystem and path for ``url``; one filesystem per protocol and storage options
+        in a process (making one can take a second: a client, a session), even where the options
+        turn fsspec's own instance cache off."""
+        protocol = get_protocol(url)
+        key = (os.getpid(), protocol, json.dumps(self.storage_options, sort_keys=True, default=repr))
+        with _FILESYSTEMS_LOCK:
+            fs = _FILESYSTEMS.get(key)
+        if fs is None:
+            fs, path = filesystem(url, self.storage_options)
+            with _FILESYSTEMS_LOCK:
+                _FILESYSTEMS[key] = fs
+                while len(_FILESYSTEMS) > 16:
+                    _FILESYSTEMS.pop(next(iter(_FILESYSTEMS)))
+            return fs, path
+        return fs, fs._strip_protocol(url)
 
 
 def filesystem(url: str, storage_options: dict):

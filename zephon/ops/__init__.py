@@ -4,6 +4,7 @@ decisions (pack_flat, shuffle, batch)."""
 from zephon.ops.base import Operator, WorkOperator
 from zephon.ops.batch import BatchRows
 from zephon.ops.containers import Docs, RecordBlock, Rows
+from zephon.ops.images import Images
 from zephon.ops.pack import PackFlat
 from zephon.ops.records import Filter, Map, Read
 from zephon.ops.shuffle import Shuffle
@@ -13,6 +14,7 @@ __all__ = [
     "BatchRows",
     "Docs",
     "Filter",
+    "Images",
     "Map",
     "Operator",
     "PackFlat",

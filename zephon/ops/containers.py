@@ -1,6 +1,9 @@
 """The data that flows through a lane, as numpy arrays, never Python lists of tokens:
 ``RecordBlock`` (the records of one chunk) -> ``Docs`` (its documents as one flat token array)
 -> ``Rows`` (packed rows of a window).
+
+Image-text data adds ``Patches``: every image token (a placeholder id in the token stream) carries
+one patch of pixels, so images travel with their tokens however rows are cut, shuffled or batched.
 """
 
 from __future__ import annotations
@@ -42,6 +45,32 @@ class RecordBlock:
 
 
 @dataclass(slots=True)
+class Patches:
+    """The pixels of image tokens, one patch per token, in token order: ``pixels[i]`` is a patch
+    of ``patch x patch x 3`` uint8 values; ``grid[i]`` is (its index in its image, the image's
+    grid height, grid width) in patches, so an image cut across rows can still be placed."""
+
+    pixels: np.ndarray  # uint8 [P, patch * patch * 3]
+    grid: np.ndarray  # int32 [P, 3]
+
+    def __len__(self) -> int:
+        return len(self.pixels)
+
+    def slice(self, start: int, stop: int) -> Patches:
+        return Patches(self.pixels[start:stop], self.grid[start:stop])
+
+    @staticmethod
+    def concat(items: list[Patches], patch_dim: int) -> Patches:
+        if not items:
+            return Patches.empty(patch_dim)
+        return Patches(np.concatenate([p.pixels for p in items]), np.concatenate([p.grid for p in items]))
+
+    @staticmethod
+    def empty(patch_dim: int) -> Patches:
+        return Patches(np.zeros((0, patch_dim), np.uint8), np.zeros((0, 3), np.int32))
+
+
+@dataclass(slots=True)
 class Docs:
     """A chunk's documents as one flat token array: document i is ``tokens[offsets[i]:offsets[i+1]]``,
     made of record ``records[i]`` of the chunk; no document is empty. ``counters``: what was left
@@ -53,9 +82,19 @@ class Docs:
     dataset: int
     counters: dict[str, int] = field(default_factory=dict)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # as RecordBlock's
+    patches: Patches | None = None  # image-text data: the patch of each image token
+    patch_at: np.ndarray | None = None  # int64 [total + 1]: image tokens before each token
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
+
+    def patches_of(self, start: int, stop: int) -> tuple[np.ndarray, Patches] | None:
+        """Tokens ``[start, stop)``: which are image tokens (bool), and their patches; None for
+        documents without images."""
+        if self.patches is None:
+            return None
+        at = self.patch_at[start : stop + 1]
+        return np.diff(at) > 0, self.patches.slice(int(at[0]), int(at[-1]))
 
 
 @dataclass(slots=True)
@@ -67,6 +106,7 @@ class Rows:
     positions: np.ndarray  # int32 [n, row_len]
     sources: np.ndarray  # int16 [n, row_len]
     starts: np.ndarray  # bool [n, row_len]
+    vision: RowPatches | None = None  # image-text data
 
     FIELDS = ("tokens", "positions", "sources", "starts")
 
@@ -74,14 +114,23 @@ class Rows:
         return len(self.tokens)
 
     def slice(self, start: int, stop: int) -> Rows:
-        return Rows(*(getattr(self, f)[start:stop] for f in self.FIELDS))
+        vision = self.vision.take(range(start, min(stop, len(self)))) if self.vision else None
+        return Rows(*(getattr(self, f)[start:stop] for f in self.FIELDS), vision)
 
     def take(self, order: np.ndarray) -> Rows:
-        return Rows(*(getattr(self, f)[order] for f in self.FIELDS))
+        vision = self.vision.take(order) if self.vision else None
+        return Rows(*(getattr(self, f)[order] for f in self.FIELDS), vision)
 
     @staticmethod
     def concat(items: list[Rows]) -> Rows:
-        return Rows(*(np.concatenate([getattr(r, f) for r in items]) for f in Rows.FIELDS))
+        arrays = (np.concatenate([getattr(r, f) for r in items]) for f in Rows.FIELDS)
+        visions = [r.vision for r in items]
+        if all(v is None for v in visions):
+            return Rows(*arrays)
+        dim = next(v.patches.pixels.shape[1] for v in visions if v is not None)
+        visions = [RowPatches.none(len(r), r.tokens.shape[1], dim) if v is None else v
+                   for r, v in zip(items, visions, strict=True)]  # fmt: skip
+        return Rows(*arrays, RowPatches.concat(visions))
 
     @staticmethod
     def padding(n: int, row_len: int, pad_id: int) -> Rows:
@@ -91,6 +140,40 @@ class Rows:
             np.full((n, row_len), PAD_SOURCE, np.int16),
             np.zeros((n, row_len), bool),
         )
+
+
+@dataclass(slots=True)
+class RowPatches:
+    """The image tokens of packed rows: ``mask`` marks them, and row ``r``'s patches, in token
+    order, are ``patches[offsets[r]:offsets[r + 1]]``."""
+
+    mask: np.ndarray  # bool [n, row_len]
+    patches: Patches
+    offsets: np.ndarray  # int64 [n + 1]
+
+    def row(self, r: int) -> Patches:
+        return self.patches.slice(int(self.offsets[r]), int(self.offsets[r + 1]))
+
+    def take(self, order) -> RowPatches:
+        order = np.asarray(order, np.int64)
+        dim = self.patches.pixels.shape[1]
+        return RowPatches.of(self.mask[order], Patches.concat([self.row(int(r)) for r in order], dim))
+
+    @staticmethod
+    def of(mask: np.ndarray, patches: Patches) -> RowPatches:
+        offsets = np.zeros(len(mask) + 1, np.int64)
+        np.cumsum(mask.sum(axis=1), out=offsets[1:])
+        return RowPatches(mask, patches, offsets)
+
+    @staticmethod
+    def concat(items: list[RowPatches]) -> RowPatches:
+        dim = items[0].patches.pixels.shape[1]
+        mask = np.concatenate([v.mask for v in items])
+        return RowPatches.of(mask, Patches.concat([v.patches for v in items], dim))
+
+    @staticmethod
+    def none(n: int, row_len: int, patch_dim: int) -> RowPatches:
+        return RowPatches(np.zeros((n, row_len), bool), Patches.empty(patch_dim), np.zeros(n + 1, np.int64))
 
 
 def sum_counters(items: Iterable[dict[str, int]]) -> dict[str, int]:

@@ -23,7 +23,7 @@ import bisect
 import numpy as np
 
 from zephon.ops.base import Operator
-from zephon.ops.containers import Rows
+from zephon.ops.containers import Patches, RowPatches, Rows
 from zephon.work.mixture import Mixer, Piece
 
 ALGORITHMS = ("wrap", "best_fit")
@@ -159,13 +159,37 @@ def build_rows(pieces: list[Piece], lengths: list[int], row_len: int, pad_id: in
     index = np.arange(len(tokens))
     positions = (index - np.maximum.accumulate(np.where(restart, index, 0))).astype(np.int32)
     sources = np.repeat(np.fromiter((p.dataset for p in pieces), np.int16, len(pieces)), sizes)
-    flat = (tokens, positions, sources, starts)
+    vision = _image_tokens(pieces, len(tokens))
+    flat = (tokens, positions, sources, starts, *(() if vision is None else vision[:1]))
     if all(k == row_len for k in lengths):
-        return Rows(*(x.reshape(n, row_len) for x in flat))
-    out = Rows.padding(n, row_len, pad_id)
-    bounds = np.concatenate([[0], np.cumsum(lengths)])
-    for r in range(n):
-        a, b = int(bounds[r]), int(bounds[r + 1])
-        for field, values in zip(Rows.FIELDS, flat, strict=True):
-            getattr(out, field)[r, : b - a] = values[a:b]
+        shaped = [x.reshape(n, row_len) for x in flat]
+        out = Rows(*shaped[:4])
+    else:
+        out = Rows.padding(n, row_len, pad_id)
+        shaped = [getattr(out, f) for f in Rows.FIELDS]
+        if vision is not None:
+            shaped.append(np.zeros((n, row_len), bool))
+        bounds = np.concatenate([[0], np.cumsum(lengths)])
+        for r in range(n):
+            a, b = int(bounds[r]), int(bounds[r + 1])
+            for array, values in zip(shaped, flat, strict=True):
+                array[r, : b - a] = values[a:b]
+    if vision is not None:  # padding sits at row ends, so the patches stay in token order
+        out.vision = RowPatches.of(shaped[4], vision[1])
     return out
+
+
+def _image_tokens(pieces: list[Piece], total: int) -> tuple[np.ndarray, Patches] | None:
+    """Which of the pieces' tokens are image tokens, and their patches; None without images."""
+    found = [p.docs.patches_of(p.start, p.stop) for p in pieces]
+    found = [None if f is None or not len(f[1]) else f for f in found]
+    dims = {f[1].pixels.shape[1] for f in found if f is not None}
+    if not dims:
+        return None
+    if len(dims) > 1:
+        raise ValueError(f"patches of different sizes {sorted(dims)} in one lane: use one images() step")
+    dim = dims.pop()
+    masks = [np.zeros(len(p), bool) if f is None else f[0] for p, f in zip(pieces, found, strict=True)]
+    mask = np.concatenate(masks)
+    assert len(mask) == total
+    return mask, Patches.concat([f[1] for f in found if f is not None], dim)

@@ -6,7 +6,7 @@ import numpy as np
 
 from zephon.io.tokenizer import TextTokenizer, load_tokenizer
 from zephon.ops.base import WorkOperator
-from zephon.ops.containers import Docs, RecordBlock
+from zephon.ops.containers import Docs, Patches, RecordBlock
 
 # One document's text at most, in characters (8 Mi: longer than any book): a tokenizer needs
 # about 160 bytes of memory per character of one text, and a single document this long is
@@ -24,6 +24,10 @@ class Tokenize(WorkOperator):
 
     Appends the tokenizer's EOS to every document (``add_eos``) and prepends its BOS where it
     defines one distinct from EOS (``add_bos``). A document with no tokens is skipped and counted.
+
+    Image-text records (after ``images()``): ``image_field`` holds each record's images as
+    patches; each patch becomes one ``image_token`` (an id, or a token of the vocabulary by
+    name) after the BOS and before the text, and the patches travel with those tokens.
     """
 
     kind = "tokenize"
@@ -38,10 +42,13 @@ class Tokenize(WorkOperator):
         add_eos: bool = True,
         parallelism: int | None = None,
         backend: str = "auto",
+        image_field: str | None = None,
+        image_token: int | str | None = None,
     ):
         super().__init__(parallelism)
         self.tokenizer_id, self.field, self.backend = str(tokenizer_id), field, backend
         tok = self.tokenizer()  # fail now, not in a worker, if it can't be loaded
+        self.image_field, self.image_id = image_field, _image_id(tok, image_field, image_token)
         if add_eos and tok.eos_id is None:
             raise ValueError(
                 f"tokenizer {tokenizer_id!r} defines no EOS token: pass add_eos=False or use a "
@@ -64,6 +71,7 @@ class Tokenize(WorkOperator):
             "field": self.field,
             "add_bos": self.add_bos,
             "add_eos": self.add_eos,
+            **({"image_field": self.image_field, "image_token": self.image_id} if self.image_field else {}),
         }
 
     def work(self, block: RecordBlock) -> Docs:
@@ -81,16 +89,45 @@ class Tokenize(WorkOperator):
             bad[i] = str(error)
         if bad:
             block = block.without(bad)
+        images = self._images(block) if self.image_field else None
         ids, offsets = tok.encode_flat(texts)
         lengths = np.diff(offsets)
-        keep = lengths > 0
+        counts = None if images is None else np.fromiter(map(_patch_count, images), np.int64, len(images))
+        keep = lengths > 0 if counts is None else lengths + counts > 0
         counters = dict(block.counters)
         if not keep.all():
             counters["empty_documents"] = counters.get("empty_documents", 0) + int((~keep).sum())
             ids, lengths = ids[np.repeat(keep, lengths)], lengths[keep]
-        tokens, offsets = _with_special(ids, lengths, tok.bos_id if self.add_bos else None,
-                                        tok.eos_id if self.add_eos else None)  # fmt: skip
-        return Docs(tokens, offsets, block.numbers[keep], block.dataset, counters, block.skipped)
+            if images is not None:
+                images, counts = [x for x, k in zip(images, keep, strict=True) if k], counts[keep]
+        bos, eos = tok.bos_id if self.add_bos else None, tok.eos_id if self.add_eos else None
+        if images is None or not counts.any():
+            tokens, offsets = _with_special(ids, lengths, bos, eos)
+            return Docs(tokens, offsets, block.numbers[keep], block.dataset, counters, block.skipped)
+        tokens, offsets, mask = _with_images(ids, lengths, counts, self.image_id, bos, eos)
+        patch_at = np.zeros(len(tokens) + 1, np.int64)
+        np.cumsum(mask, out=patch_at[1:])
+        patches = Patches.concat([p for x in images for p in x], _patch_dim(images))
+        return Docs(tokens, offsets, block.numbers[keep], block.dataset, counters, block.skipped,
+                    patches, patch_at)  # fmt: skip
+
+    def _images(self, block: RecordBlock) -> list[list[Patches]]:
+        """Each record's images, as patches (``images()`` made them)."""
+        out = []
+        for i, r in enumerate(block.records):
+            value = r.get(self.image_field, _MISSING)
+            if value is None:
+                value = []
+            if not (isinstance(value, list) and all(isinstance(x, Patches) for x in value)):
+                what = "no such field" if value is _MISSING else f"{type(value).__name__}, not patches"
+                error = ValueError(
+                    f"tokenize(image_field={self.image_field!r}): the record holds {what}; put "
+                    f"images(field={self.image_field!r}) before tokenize"
+                )
+                error.zephon_record = int(block.numbers[i])
+                raise error
+            out.append(value)
+        return out
 
     def _problem(self, text, record: dict) -> ValueError:
         """What is wrong with ``record[self.field]`` (``text``) as a document."""
@@ -108,6 +145,63 @@ class Tokenize(WorkOperator):
             f"tokenize(field={self.field!r}): a text of {len(text):,} characters, over the limit of "
             f"{MAX_TEXT:,} for one document (split it, or filter it out)"
         )
+
+
+def _image_id(tok: TextTokenizer, image_field: str | None, image_token) -> int | None:
+    if image_field is None:
+        if image_token is not None:
+            raise ValueError("tokenize(image_token=...) needs image_field=, the field images() wrote")
+        return None
+    if isinstance(image_token, str):
+        lookup = getattr(getattr(tok, "backend", None), "token_to_id", None)
+        token_id = lookup(image_token) if lookup else None
+        if token_id is None:
+            raise ValueError(
+                f"tokenize(image_token={image_token!r}): not a token of {tok.tokenizer_id!r}; pass "
+                "a token id (one the model reserves for image tokens)"
+            )
+        return int(token_id)
+    if not isinstance(image_token, int) or isinstance(image_token, bool) or image_token < 0:
+        raise ValueError(
+            f"tokenize(image_field={image_field!r}) needs image_token: the id (or name) of the "
+            f"placeholder token for image patches, got {image_token!r}"
+        )
+    return image_token
+
+
+def _patch_count(images: list[Patches]) -> int:
+    return sum(len(p) for p in images)
+
+
+def _patch_dim(images: list[list[Patches]]) -> int:
+    return next((p.pixels.shape[1] for x in images for p in x), 0)
+
+
+def _with_images(ids, lengths, counts, image_id: int, bos: int | None, eos: int | None):
+    """As ``_with_special``, with ``counts[d]`` image tokens after document d's BOS:
+    (tokens, offsets, image token mask)."""
+    bos_n = int(bos is not None)
+    doc_lengths = lengths + counts + bos_n + (eos is not None)
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(doc_lengths, out=offsets[1:])
+    tokens = np.empty(int(offsets[-1]), np.int32)
+    mask = np.zeros(len(tokens), bool)
+    image_at = _ranges(offsets[:-1] + bos_n, counts)
+    tokens[image_at], mask[image_at] = image_id, True
+    tokens[_ranges(offsets[:-1] + bos_n + counts, lengths)] = ids
+    if bos is not None:
+        tokens[offsets[:-1]] = bos
+    if eos is not None:
+        tokens[offsets[1:] - 1] = eos
+    return tokens, offsets, mask
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``start, start + 1, ..., start + count - 1`` for each pair, laid end to end."""
+    total = int(counts.sum())
+    before = np.zeros(len(counts), np.int64)
+    np.cumsum(counts[:-1], out=before[1:])
+    return np.repeat(starts - before, counts) + np.arange(total)
 
 
 def _with_special(ids: np.ndarray, lengths: np.ndarray, bos: int | None, eos: int | None):

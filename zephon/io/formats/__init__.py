@@ -2,18 +2,22 @@
 
 from zephon.io.formats.arrow import ArrowFormat
 from zephon.io.formats.base import BadRecord, DataError, Format, Records
+from zephon.io.formats.imagefolder import ImageFolderFormat
 from zephon.io.formats.lines import JsonLinesFormat, TextFormat
 from zephon.io.formats.parquet import ParquetFormat
+from zephon.io.formats.webdataset import WebDatasetFormat
 
 __all__ = [
     "ArrowFormat",
     "BadRecord",
     "DataError",
     "Format",
+    "ImageFolderFormat",
     "JsonLinesFormat",
     "ParquetFormat",
     "Records",
     "TextFormat",
+    "WebDatasetFormat",
     "format_for",
 ]
 
@@ -27,6 +31,7 @@ _SUFFIXES: list[tuple[str, str]] = [
     (".ipc", "arrow"),
     (".txt", "text"),
     (".text", "text"),
+    (".tar", "webdataset"),
 ]
 _COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 FORMATS = {
@@ -34,6 +39,8 @@ FORMATS = {
     "parquet": ParquetFormat,
     "arrow": ArrowFormat,
     "text": TextFormat,
+    "webdataset": WebDatasetFormat,
+    "imagefolder": ImageFolderFormat,
 }
 
 

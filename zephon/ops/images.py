@@ -1,0 +1,153 @@
+"""images: decode each record's image(s), resize, and cut them into patches. Stateless.
+
+A record's image is encoded bytes (JPEG, PNG, WebP, ... anything Pillow reads), a dict with
+``"bytes"`` (a Hugging Face ``Image`` column in Parquet), or a list of those. It becomes a list of
+``Patches``: one patch of ``patch x patch x 3`` uint8 pixels per image token, row by row over the
+image's grid of patches. ``tokenize(image_field=..., image_token=...)`` then puts one image token
+per patch before the text.
+
+``resize="crop"``: the shorter side is scaled to ``size`` and the centre ``size x size`` cut out, so
+every image gives ``(size // patch) ** 2`` tokens. ``resize="fit"``: the image is scaled to fit in
+``size x size`` with its aspect kept, each side rounded to whole patches, so the grid follows the
+image (as models that take images at their own resolution want).
+
+Pillow was chosen by measurement (``benchmarks/results/vlm.md``): on the test photos it decodes
+and resizes about as fast as OpenCV, which would add a 60 MB dependency. Its version is part of
+the recipe, since another version may resample to other pixels. Pixels stay uint8 through the
+lane (a quarter of the memory of floats, exact in digests); ``mean`` and ``std`` normalize them in
+``Batch.to_training``.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from zephon.ops.base import WorkOperator
+from zephon.ops.containers import Patches, RecordBlock
+
+RESIZE = ("crop", "fit")
+MAX_PIXELS = 64 << 20  # one decoded image at most (about 8k x 8k): larger is almost always broken
+
+
+class Images(WorkOperator):
+    kind = "images"
+    takes = ("records",)
+    gives = None
+
+    def __init__(
+        self,
+        field: str = "image",
+        size: int = 224,
+        patch: int = 16,
+        resize: str = "crop",
+        mean: tuple[float, float, float] = (0.5, 0.5, 0.5),
+        std: tuple[float, float, float] = (0.5, 0.5, 0.5),
+        parallelism: int | None = None,
+    ):
+        super().__init__(parallelism)
+        import PIL
+
+        for name, value in (("size", size), ("patch", patch)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"images({name}={value!r}): must be an int >= 1")
+        if size % patch:
+            raise ValueError(f"images(size={size}, patch={patch}): size must be a multiple of patch")
+        if resize not in RESIZE:
+            raise ValueError(f"images(resize={resize!r}): expected one of {RESIZE}")
+        for name, value in (("mean", mean), ("std", std)):
+            if len(tuple(value)) != 3 or (name == "std" and min(value) <= 0):
+                raise ValueError(f"images({name}={value!r}): three numbers, one per channel (std > 0)")
+        self.field, self.size, self.patch, self.resize = field, size, patch, resize
+        self.mean, self.std = tuple(map(float, mean)), tuple(map(float, std))
+        self.pillow = PIL.__version__
+
+    @property
+    def patch_dim(self) -> int:
+        return self.patch * self.patch * 3
+
+    def params(self) -> dict:
+        return {
+            "field": self.field, "size": self.size, "patch": self.patch, "resize": self.resize,
+            "mean": list(self.mean), "std": list(self.std), "pillow": self.pillow,
+        }  # fmt: skip
+
+    def work(self, block: RecordBlock) -> RecordBlock:
+        """Each record's images as patches. A record without the field (or with None) has no
+        images: text datasets mix with image-text ones (a misspelt field is caught at planning
+        where the datasets have a schema; ``stats()`` counts the images)."""
+        bad, count = {}, 0
+        for i, record in enumerate(block.records):
+            try:
+                value = record.get(self.field)
+                values = [] if value is None else list(value) if isinstance(value, list | tuple) else [value]
+                record[self.field] = [self.patches(v) for v in values]
+                count += len(values)
+            except ValueError as e:
+                if not block.skip_bad:
+                    e.zephon_record = int(block.numbers[i])
+                    raise
+                bad[i] = str(e)
+        block.counters["images"] = block.counters.get("images", 0) + count
+        return block.without(bad) if bad else block
+
+    def patches(self, value) -> Patches:
+        """One image, decoded, resized and cut into patches."""
+        pixels = self.resized(decode(value, self.field, self.size))
+        side = self.patch
+        gh, gw = pixels.shape[0] // side, pixels.shape[1] // side
+        cut = pixels.reshape(gh, side, gw, side, 3).transpose(0, 2, 1, 3, 4).reshape(gh * gw, -1)
+        grid = np.empty((gh * gw, 3), np.int32)
+        grid[:, 0], grid[:, 1], grid[:, 2] = np.arange(gh * gw), gh, gw
+        return Patches(np.ascontiguousarray(cut), grid)
+
+    def resized(self, image) -> np.ndarray:
+        from PIL import Image
+
+        w, h = image.size
+        size, side = self.size, self.patch
+        if self.resize == "crop":
+            scale = size / min(w, h)
+            sw, sh = max(size, round(w * scale)), max(size, round(h * scale))
+            image = image.resize((sw, sh), Image.BICUBIC)
+            left, top = (sw - size) // 2, (sh - size) // 2
+            image = image.crop((left, top, left + size, top + size))
+        else:
+            scale = size / max(w, h)
+            sw = max(side, min(size, round(w * scale / side) * side))
+            sh = max(side, min(size, round(h * scale / side) * side))
+            image = image.resize((sw, sh), Image.BICUBIC)
+        return np.asarray(image, np.uint8)
+
+
+def decode(value, field: str, size: int):
+    """An RGB Pillow image from encoded bytes (or a dict holding them), or a ValueError; a JPEG
+    is decoded at the smallest scale that keeps both sides at least ``size``."""
+    from PIL import Image
+
+    if isinstance(value, dict):
+        value = value.get("bytes")
+    if isinstance(value, Patches):
+        raise ValueError(f"images(field={field!r}): the field holds patches already: one images() step")
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise ValueError(
+            f"images(field={field!r}): expected encoded image bytes (or a dict with 'bytes'), got "
+            f"{type(value).__name__}"
+        )
+    try:
+        image = Image.open(io.BytesIO(value))
+        if image.width * image.height > MAX_PIXELS:
+            raise ValueError(
+                f"images(field={field!r}): an image of {image.width} x {image.height} pixels, over the "
+                f"limit of {MAX_PIXELS:,} (filter it out, or skip bad records with on_error='skip')"
+            )
+        image.draft("RGB", (size, size))
+        return image.convert("RGB")
+    except ValueError:
+        raise
+    except Exception as e:  # Pillow raises many kinds: UnidentifiedImageError, OSError, SyntaxError
+        raise ValueError(
+            f"images(field={field!r}): cannot decode the image ({len(value):,} bytes): "
+            f"{type(e).__name__}: {e}"
+        ) from None
