@@ -78,19 +78,25 @@ SYSTEMS.update({
 class PeakRSS:
     """The largest resident set of this process and its children, sampled in a thread."""
 
-    def __init__(self, every: float = 0.05):
+    def __init__(self, every: float = 0.1, relist: float = 1.0):
         import psutil
 
-        self.process, self.peak, self.every = psutil.Process(), 0, every
+        self.process, self.peak, self.every, self.relist = psutil.Process(), 0, every, relist
         self.stop = threading.Event()
         threading.Thread(target=self._sample, daemon=True).start()
 
     def _sample(self) -> None:
+        # Listing the children scans every process of the machine: once a second, not at every
+        # sample, so that the sampler itself takes little of the CPU (and of the GIL) it measures.
         import psutil
 
+        tree, listed = [self.process], 0.0
         while not self.stop.is_set():
+            if time.monotonic() - listed > self.relist:
+                with contextlib.suppress(psutil.Error):
+                    tree, listed = [self.process, *self.process.children(recursive=True)], time.monotonic()
             total = 0
-            for p in [self.process, *self.process.children(recursive=True)]:
+            for p in tree:
                 with contextlib.suppress(psutil.Error):  # a child that just ended
                     total += p.memory_info().rss
             self.peak = max(self.peak, total)

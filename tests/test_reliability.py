@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import os
 import re
@@ -239,6 +240,31 @@ def test_lanes_are_driven_by_one_thread_however_many_there_are(corpus, gpt2):
     take(pipeline, 300)
     assert sum(name == "zephon-lanes" for name in _zephon_threads()) == 1
     pipeline.close()
+
+
+def test_batches_made_ahead_stay_within_the_memory_budget_and_the_needed_lane_still_advances():
+    from zephon.runners.background import LaneDriver
+
+    made = []
+
+    def lane(n):
+        for i in itertools.count():
+            made.append(n)
+            yield i
+
+    def held_after(budget):
+        made.clear()
+        driver = LaneDriver({0: lambda: lane(0), 1: lambda: lane(1)}, {0: 0, 1: 0}, lambda i: i, 10,
+                            budget, lambda item: 100)  # fmt: skip
+        time.sleep(0.2)
+        held = driver.held
+        got = [driver.next(0) for _ in range(5)]  # the consumer drains lane 0: it goes on
+        driver.close()
+        return held, got
+
+    assert held_after(1 << 62) == (2000, [0, 1, 2, 3, 4])  # depth 10 on both lanes
+    held, got = held_after(250)
+    assert held == 300 and got == [0, 1, 2, 3, 4]
 
 
 # -- where a bad record is ------------------------------------------------------------------------

@@ -31,6 +31,14 @@ class Batch:
     vision: RowPatches | None = None  # image-text data: image tokens and their patches
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # (mean, std) per channel
 
+    @property
+    def nbytes(self) -> int:
+        """The memory the batch's arrays hold."""
+        arrays = [self.tokens, self.positions, self.sources, self.starts]
+        if self.vision is not None:
+            arrays += [self.vision.mask, self.vision.patches.pixels, self.vision.patches.grid]
+        return sum(a.nbytes for a in arrays if a is not None)
+
     def to_training(self) -> dict[str, np.ndarray]:
         """``input_ids``, ``labels`` (next tokens, -100 on padding), ``positions``: int64 [B, L].
 

@@ -32,14 +32,18 @@ MAY_CHANGE = {
     "dp_world_size": "how many processes share the lanes (any divisor of num_lanes)",
     "runner": "inline, thread or process workers",
     "prefetch": "batches made ahead",
+    "prefetch_bytes": "memory of batches made ahead",
     "read_parallelism": "files read at once while planning",
     "io_options": "the block cache and retries of remote reads",
     "worker_timeout": "the watchdog of stuck workers",
     "tokenize(parallelism)": "workers that read and tokenize",
     "tokenize(backend)": "fastokens or tokenizers: the same ids",
+    "images(parallelism)": "workers that decode images",
 }
 # the options among them (the rest are operator settings or a rank's place)
-PERFORMANCE_OPTIONS = ("runner", "prefetch", "read_parallelism", "io_options", "worker_timeout")
+PERFORMANCE_OPTIONS = (
+    "runner", "prefetch", "prefetch_bytes", "read_parallelism", "io_options", "worker_timeout"
+)  # fmt: skip
 SHAPING_OPTIONS = ("num_lanes", "chunk_size", "chunk_bytes", "window_rows")
 
 

@@ -14,8 +14,8 @@ from zephon.runners import RUNNERS
 # differ between save and restore too, but decide which lanes a pipeline's state holds.)
 PERFORMANCE = PERFORMANCE_OPTIONS
 # Upper bounds, where a larger value would exhaust memory or time before doing anything useful
-LIMITS = {"num_lanes": 1 << 16, "prefetch": 1 << 12, "read_parallelism": 512, "window_rows": 1 << 20,
-          "chunk_size": 1 << 24, "chunk_bytes": 1 << 32}  # fmt: skip
+LIMITS = {"num_lanes": 1 << 16, "prefetch": 1 << 12, "prefetch_bytes": 1 << 40, "read_parallelism": 512,
+          "window_rows": 1 << 20, "chunk_size": 1 << 24, "chunk_bytes": 1 << 32}  # fmt: skip
 RENAMED = {
     "flush_every": "flush_every (chunks per window) is gone: windows now end on whole microbatches; "
     "set window_rows (rows per window, a multiple of microbatch_size) or leave it unset",
@@ -30,7 +30,9 @@ class Options:
     both unset: chosen from each dataset's size and ``num_lanes``. ``window_rows``: rows per
     window, a multiple of the microbatch size; unset: the shuffle buffer rounded up to whole
     microbatches (one microbatch without a shuffle, 64 rows for best-fit packing).
-    ``prefetch``: batches each lane prepares ahead of the consumer. ``read_parallelism``:
+    ``prefetch``: batches each lane prepares ahead of the consumer (beyond the window it hands
+    over); ``prefetch_bytes``: the most memory a rank's finished batches may hold ahead of the
+    consumer, all lanes together (binding for image batches). ``read_parallelism``:
     workers for reading when no later record operator asks for more. ``worker_timeout``: seconds a
     chunk may stay on the workers before a lane reports a stuck worker (an error naming it)."""
 
@@ -42,6 +44,7 @@ class Options:
     chunk_bytes: int | None = None
     window_rows: int | None = None
     prefetch: int = 4
+    prefetch_bytes: int = 64 << 20
     read_parallelism: int = 1
     worker_timeout: float = 600.0
     io_options: dict = field(default_factory=dict)

@@ -145,7 +145,8 @@ class _Delivery:
             # a lane hands over a whole window and goes on with the next while that one is consumed
             ahead = lane_ops.window_rows // lane_ops.batch.microbatch_size + opts.prefetch
             starts = {lane: state.index for lane, state in states.items()}
-            self.driver = LaneDriver(makers, starts, lambda item: item[0].index, ahead)
+            self.driver = LaneDriver(makers, starts, lambda item: item[0].index, ahead,
+                                     opts.prefetch_bytes, lambda item: item[0].nbytes)  # fmt: skip
             self.streams = {lane: _Driven(self.driver, lane) for lane in states}
         else:
             self.driver = None

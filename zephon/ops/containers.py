@@ -114,7 +114,7 @@ class Rows:
         return len(self.tokens)
 
     def slice(self, start: int, stop: int) -> Rows:
-        vision = self.vision.take(range(start, min(stop, len(self)))) if self.vision else None
+        vision = self.vision.rows(start, min(stop, len(self))) if self.vision else None
         return Rows(*(getattr(self, f)[start:stop] for f in self.FIELDS), vision)
 
     def take(self, order: np.ndarray) -> Rows:
@@ -153,6 +153,11 @@ class RowPatches:
 
     def row(self, r: int) -> Patches:
         return self.patches.slice(int(self.offsets[r]), int(self.offsets[r + 1]))
+
+    def rows(self, start: int, stop: int) -> RowPatches:
+        """Rows ``[start, stop)``: views, no copy of the pixels."""
+        a, b = int(self.offsets[start]), int(self.offsets[stop])
+        return RowPatches(self.mask[start:stop], self.patches.slice(a, b), self.offsets[start : stop + 1] - a)
 
     def take(self, order) -> RowPatches:
         order = np.asarray(order, np.int64)

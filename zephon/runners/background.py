@@ -23,13 +23,18 @@ class _Raised:
 
 class LaneDriver:
     """``makers``: lane -> a function making that lane's iterator of items; ``index(item)``: the
-    item's batch index; ``depth``: items a lane may hold ahead of its consumer."""
+    item's batch index; ``depth``: items a lane may hold ahead of its consumer; ``budget``: bytes
+    (``size(item)``) all lanes together may hold, past which only a lane with nothing queued
+    advances (the consumer may be waiting on it): image batches are a hundred times the bytes,
+    and the work, of text ones."""
 
     def __init__(self, makers: dict[int, Callable[[], Iterator[Any]]], starts: dict[int, int],
-                 index: Callable[[Any], int], depth: int):  # fmt: skip
+                 index: Callable[[Any], int], depth: int, budget: int = 1 << 62,
+                 size: Callable[[Any], int] = lambda item: 0):  # fmt: skip
         self.queues: dict[int, deque] = {lane: deque() for lane in makers}
         self.next_index = dict(starts)  # what each lane makes next
         self.index, self.depth = index, max(1, depth)
+        self.budget, self.size, self.held = budget, size, 0
         self.changed = threading.Condition()
         self.stopped = False
         self.thread = threading.Thread(target=self._run, args=(makers,), name="zephon-lanes", daemon=True)
@@ -56,6 +61,7 @@ class LaneDriver:
                     item = _Raised(e)
                 with self.changed:
                     self.queues[lane].append(item)
+                    self.held += self.size(item) if _is_batch(item) else 0
                     self.next_index[lane] = None if not _is_batch(item) else self.index(item) + 1
                     self.changed.notify_all()
         finally:
@@ -64,10 +70,11 @@ class LaneDriver:
 
     def _next_lane(self) -> int | None:
         """The lane to advance: room in its queue, still going, needed soonest."""
+        over = self.held >= self.budget
         ready = [
             lane
             for lane, queue in self.queues.items()
-            if self.next_index[lane] is not None and len(queue) < self.depth
+            if self.next_index[lane] is not None and len(queue) < self.depth and not (over and queue)
         ]
         return min(ready, key=lambda lane: (self.next_index[lane], lane), default=None)
 
@@ -81,6 +88,7 @@ class LaneDriver:
             item = self.queues[lane][0]
             if _is_batch(item):
                 self.queues[lane].popleft()
+                self.held -= self.size(item)
                 self.changed.notify_all()
         if item is _END:
             raise StopIteration  # stays at the head: the lane stays ended

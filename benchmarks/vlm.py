@@ -1,0 +1,362 @@
+#!/usr/bin/env python
+"""Figure 3 on CPU: an image-text pipeline, this project against Grain, as parallelism grows.
+
+The pipeline, the same in every system: read Parquet rows of encoded photographs and captions
+(the real photographs of scikit-image and scikit-learn, repeated), decode each image, resize its
+shorter side to 224 and cut out the centre, cut it into 16 x 16 patches (196 image tokens), put
+one placeholder token per patch before the caption's GPT-2 tokens and an EOS, pack documents into
+rows of 2,049 tokens (a document may run on into the next row), batch 8 rows. The image work is
+the same function in every system (``zephon.ops.images.Images.patches``, Pillow), so what differs
+is how each loader drives it.
+
+- zephon: 8 lanes, a shuffle of 16 rows per window, thread or process runner, ``parallelism`` P.
+- Grain 0.2.18: a random-access source over the Parquet rows, globally shuffled and repeated,
+  ``.map`` (decode, patches, tokenize), ``ConcatThenSplitIterDataset`` with the patches as a
+  feature aligned with the tokens (zeros under text tokens: Grain packs features of one length),
+  ``batch(8)``; "fastest": all of it in each of P ``mp_prefetch`` worker processes (its output
+  depends on P), "worker-invariant": the map in P workers, packing and batching after them.
+
+Usable tokens/s: non-padding tokens (image and text) per second, end to end from building the
+loader to the ``--tokens``-th token, each measurement in a fresh process, systems interleaved,
+``--reps`` times, medians. The line: what one GPU trains on, Llama 3.1 8B on H100s (TorchTitan's
+docs/performance.md: 8,532 tokens/s per GPU with FSDP, compile and Float8).
+
+The decoder was chosen by measurement: the run ends by timing decode + resize of the photographs
+with Pillow and OpenCV (where installed) in its own process, and writes that table too.
+
+    python benchmarks/vlm.py [--tokens 2000000] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+CORES = os.cpu_count() or 1
+SIZE, PATCH, SEQ, MICROBATCH = 224, 16, 2048, 8
+IMAGE_TOKEN = 50257  # one past GPT-2's vocabulary
+GPU_TOKENS_PER_S = 8_532  # Llama 3.1 8B, H100, TorchTitan docs/performance.md
+REPEATS = 8  # the photographs, repeated: 240 rows, about 50 MB of Parquet
+
+
+def systems() -> list[str]:
+    out = []
+    for p in range(1, CORES + 1):
+        out += [f"zephon thread x{p}", f"zephon process x{p}", f"Grain fastest x{p}", f"Grain invariant x{p}"]
+    return out
+
+
+def make_data(folder: str) -> tuple[str, str]:
+    """(the Parquet file, the GPT-2 tokenizer folder), written once into ``folder``."""
+    from zephon.testing import gpt2_tokenizer_dir
+    from zephon.testing.images import photos, write_parquet
+
+    path = os.path.join(folder, "photos.parquet")
+    if not os.path.exists(path):
+        samples = [(f"{k}-{r}", e, d, c) for r in range(REPEATS) for k, e, d, c in photos()]
+        write_parquet(path, samples, row_group_size=16)
+    tok = os.path.join(folder, "gpt2")
+    if not os.path.exists(tok):
+        gpt2_tokenizer_dir(tok)
+    return path, tok
+
+
+# -- the systems -----------------------------------------------------------------------------------
+
+
+def zephon_batches(path: str, tok: str, method: str, workers: int):
+    from zephon import Dataset, Pipeline
+
+    p = (
+        Pipeline(Dataset.from_path("photos", path, exhausted="repeat"))
+        .options(num_lanes=8, runner=method)
+        .images(size=SIZE, patch=PATCH, parallelism=workers)
+        .tokenize(tok, image_token=IMAGE_TOKEN, parallelism=workers)
+        .pack_flat(SEQ)
+        .shuffle(16, seed=0)
+        .batch(MICROBATCH)
+    )
+    try:
+        for batch in p:
+            yield batch.tokens, batch.sources >= 0
+    finally:
+        p.close()
+
+
+class _Rows:
+    """Grain's random-access source over the Parquet rows (the table is read once per process)."""
+
+    def __init__(self, path: str):
+        import pyarrow.parquet as pq
+
+        self.path, self.n, self._table = path, pq.ParquetFile(path).metadata.num_rows, None
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self._table is None:
+            import pyarrow.parquet as pq
+
+            self._table = pq.read_table(self.path)
+        return {"image": self._table["image"][i].as_py()["bytes"], "text": self._table["text"][i].as_py()}
+
+    def __getstate__(self):
+        return {"path": self.path, "n": self.n, "_table": None}
+
+
+def grain_dataset(path: str, tok: str, workers: int, layout: str):
+    import grain
+    import numpy as np
+
+    from zephon.ops.images import Images
+
+    class Encode(grain.transforms.Map):
+        def __init__(self):
+            self.loaded = None
+
+        def map(self, row):
+            if self.loaded is None:
+                from tokenizers import Tokenizer
+
+                t = Tokenizer.from_file(os.path.join(tok, "tokenizer.json"))
+                self.loaded = (t, t.token_to_id("<|endoftext|>"), Images(size=SIZE, patch=PATCH))
+            t, eos, images = self.loaded
+            patches = images.patches(row["image"]).pixels
+            text = t.encode(row["text"], add_special_tokens=False).ids
+            tokens = np.array([IMAGE_TOKEN] * len(patches) + text + [eos], np.int32)
+            pixels = np.zeros((len(tokens), patches.shape[1]), np.uint8)
+            pixels[: len(patches)] = patches
+            return {"tokens": tokens, "pixels": pixels}
+
+        def __getstate__(self):
+            return {"loaded": None}
+
+    docs = grain.MapDataset.source(_Rows(path)).shuffle(seed=0).repeat().map(Encode())
+    read = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
+    options = grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2)
+
+    def pack(ds):
+        ds = grain.experimental.ConcatThenSplitIterDataset(
+            ds, length_struct={"tokens": SEQ + 1, "pixels": SEQ + 1}
+        )
+        return ds.batch(MICROBATCH, drop_remainder=True)
+
+    if layout == "fastest":
+        return pack(docs.to_iter_dataset(read)).mp_prefetch(options, sequential_slice=True)
+    return pack(docs.to_iter_dataset(read).mp_prefetch(options))
+
+
+def grain_batches(path: str, tok: str, workers: int, layout: str):
+    import numpy as np
+
+    iterator = iter(grain_dataset(path, tok, workers, layout))
+    try:
+        for batch in iterator:
+            tokens = np.array(batch["tokens"])
+            valid = np.array(batch["tokens_segment_ids"] > 0)
+            pixels = np.array(batch["pixels"])  # copied out of shared memory, as a trainer would
+            del batch, pixels
+            yield tokens, valid
+    finally:
+        iterator.close()
+
+
+def measure(system: str, path: str, tok: str, tokens: int) -> dict:
+    from benchmarks.throughput import PeakRSS
+
+    kind, rest = system.rsplit(" x", 1)
+    workers = int(rest)
+    rss = PeakRSS()
+    start = time.perf_counter()
+    if kind.startswith("zephon"):
+        batches = zephon_batches(path, tok, kind.split()[1], workers)
+    else:
+        batches = grain_batches(path, tok, workers, kind.split()[1])
+    usable, first, rows, padded = 0, None, 0, 0
+    for _, valid in batches:
+        first = first or time.perf_counter() - start
+        usable += int(valid.sum())
+        rows, padded = rows + valid.size, padded + int((~valid).sum())
+        if usable >= tokens:
+            break
+    elapsed = time.perf_counter() - start
+    batches.close()
+    rss.stop.set()
+    return {"tokens_per_s": usable / elapsed, "first_batch_s": first, "peak_rss": rss.peak,
+            "padding": padded / max(1, rows)}  # fmt: skip
+
+
+# -- the decoders ------------------------------------------------------------------------------------
+
+
+def decoders(reps: int = 3) -> list[str]:
+    """ms per image to decode and resize (shorter side to 224) the photographs, per library."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from zephon.testing.images import photos
+
+    blobs = [data for _, _, data, _ in photos()]
+
+    def pillow(b):
+        im = Image.open(io.BytesIO(b))
+        im.draft("RGB", (SIZE, SIZE))
+        im = im.convert("RGB")
+        s = SIZE / min(im.size)
+        return im.resize((max(SIZE, round(im.width * s)), max(SIZE, round(im.height * s))), Image.BICUBIC)
+
+    libraries = {f"Pillow {Image.__version__}": pillow}
+    try:
+        import cv2
+
+        cv2.setNumThreads(1)
+
+        def opencv(b):
+            a = cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_COLOR)
+            s = SIZE / min(a.shape[:2])
+            size = (max(SIZE, round(a.shape[1] * s)), max(SIZE, round(a.shape[0] * s)))
+            return cv2.cvtColor(cv2.resize(a, size, interpolation=cv2.INTER_CUBIC), cv2.COLOR_BGR2RGB)
+
+        libraries[f"OpenCV {cv2.__version__}"] = opencv
+    except ImportError:
+        pass
+    times = {name: [] for name in libraries}
+    for _ in range(reps):
+        for name, fn in libraries.items():
+            start = time.perf_counter()
+            for b in blobs:
+                fn(b)
+            times[name].append((time.perf_counter() - start) / len(blobs) * 1e3)
+    lines = ["| library | ms per image (median) |", "|---|---:|"]
+    lines += [f"| {name} | {statistics.median(t):.2f} |" for name, t in times.items()]
+    return lines
+
+
+# -- the run -----------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=2_000_000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "zephon-vlm-bench"))
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.makedirs(args.data, exist_ok=True)
+    path, tok = make_data(args.data)
+    if args.one:
+        print(json.dumps(measure(args.one, path, tok, args.tokens)), flush=True)
+        return
+    names, results = systems(), {}
+    started = time.perf_counter()
+    for rep in range(args.reps):
+        for i, name in enumerate(names):
+            cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "--tokens", str(args.tokens),
+                   "--data", args.data]  # fmt: skip
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+            line = [x for x in out.stdout.splitlines() if x.startswith("{")]
+            if out.returncode or not line:
+                print(f"{name}: failed\n{(out.stdout + out.stderr)[-2000:]}", flush=True)
+                continue
+            results.setdefault(name, []).append(json.loads(line[-1]))
+            done = rep * len(names) + i + 1
+            rate = (time.perf_counter() - started) / done
+            eta = rate * (args.reps * len(names) - done)  # seconds
+            rate_now = results[name][-1]["tokens_per_s"]
+            total = args.reps * len(names)
+            print(f"[{done}/{total}] {name}: {rate_now:,.0f} usable tokens/s; ETA {eta:.0f}s", flush=True)
+    write(results, args, decoders())
+
+
+def write(results: dict, args, decoder_lines: list[str]) -> None:
+    for runs in results.values():  # the rate once the first batch is out: without start-up
+        for r in runs:
+            r["after_first"] = args.tokens / (args.tokens / r["tokens_per_s"] - r["first_batch_s"])
+    med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in results.items()}
+    import importlib.metadata as md
+
+    import PIL
+
+    data = (
+        f"Data: scikit-image's and scikit-learn's photographs x{REPEATS}, Parquet; {SIZE}px centre crops in "
+        f"{PATCH}px patches ({(SIZE // PATCH) ** 2} tokens each), GPT-2 captions, rows of {SEQ + 1}, "
+        f"batches of {MICROBATCH}."
+    )
+
+    lines = [
+        "# Figure 3 on CPU: an image-text pipeline, usable tokens/s as parallelism grows",
+        "",
+        f"Machine: {platform.machine()}, {CORES} CPUs, Python {platform.python_version()}; "
+        f"Pillow {PIL.__version__}, grain {md.version('grain')}.",
+        f"Command: `python benchmarks/vlm.py --tokens {args.tokens} --reps {args.reps}`. Medians of "
+        f"{args.reps} interleaved runs, each in a fresh process, {args.tokens:,} usable tokens end to end "
+        '(start-up included; "after the first batch" leaves it out).',
+        data,
+        f"One GPU, Llama 3.1 8B on H100s (TorchTitan docs/performance.md): {GPU_TOKENS_PER_S:,} tokens/s.",
+        "",
+        "| parallelism | system | usable tokens/s | vs Grain fastest | after the first batch | first batch "
+        "| peak RSS | padding |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in range(1, CORES + 1):
+        grain_best = med.get(f"Grain fastest x{p}", {}).get("tokens_per_s")
+        for kind in ("zephon thread", "zephon process", "Grain fastest", "Grain invariant"):
+            m = med.get(f"{kind} x{p}")
+            if not m:
+                lines.append(f"| {p} | {kind} | failed | | | | | |")
+                continue
+            ratio = f"{m['tokens_per_s'] / grain_best:.2f}x" if grain_best else "-"
+            lines.append(
+                f"| {p} | {kind} | {m['tokens_per_s']:,.0f} | {ratio} | {m['after_first']:,.0f} | "
+                f"{m['first_batch_s']:.2f} s | "
+                f"{m['peak_rss'] / 2**30:.2f} GiB | {m['padding']:.2%} |"
+            )
+    lines += ["", "## The decoder", "", "Decode and resize (shorter side to 224, bicubic) of the "
+              "photographs, one thread, in the benchmark's process:", "", *decoder_lines]  # fmt: skip
+    with open(os.path.join(RESULTS, "vlm.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(RESULTS, "vlm.json"), "w") as f:
+        json.dump({"tokens": args.tokens, "reps": args.reps, "results": results}, f, indent=1)
+    plot(med, os.path.join(RESULTS, "vlm.png"))
+    print("\n".join(lines))
+
+
+def plot(med: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    xs = list(range(1, CORES + 1))
+    styles = {"zephon thread": ("C2", "o-"), "zephon process": ("C2", "s--"),
+              "Grain fastest": ("C7", "o-"), "Grain invariant": ("C7", "s--")}  # fmt: skip
+    for kind, (color, style) in styles.items():
+        ys = [med.get(f"{kind} x{p}", {}).get("tokens_per_s") for p in xs]
+        ax.plot(xs, ys, style, color=color, label=kind)
+    ax.axhline(GPU_TOKENS_PER_S, color="k", ls=":", lw=1, label="one H100, Llama 3.1 8B (TorchTitan)")
+    ax.set_xlabel("parallelism (workers)")
+    ax.set_ylabel("usable tokens/s, end to end")
+    ax.set_xticks(xs)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    ax.set_title("Image-text pipeline on CPU: decode, patches, tokenize, pack, batch")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
