@@ -20,7 +20,7 @@ import name), Grain 0.2.18 in its fastest and in its worker-invariant layout, to
 TorchTitan 0.3.0's own loader (``pip install -e '.[bench]'``). Writes
 benchmarks/results/throughput.md and .png.
 
-    python benchmarks/throughput.py [--tokens 8000000] [--reps 3] [--only zephon ...]
+    python benchmarks/throughput.py [--tokens 8000000] [--reps 3] [--only zephon ...] [--out NAME]
 """
 
 from __future__ import annotations
@@ -193,6 +193,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8_000_000)
     parser.add_argument("--stall-tokens", type=int, default=8_000_000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--stall-reps", type=int, default=2, help="runs of the stall loop per system")
+    parser.add_argument("--out", default="throughput", help="results file name (with --only: a subset)")
     parser.add_argument("--only", nargs="*", help="systems whose label contains one of these")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument(
@@ -201,9 +203,10 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.render:
-        with open(os.path.join(RESULTS, "throughput.json")) as f:
+        with open(os.path.join(RESULTS, f"{args.out}.json")) as f:
             saved = json.load(f)
         args.tokens, args.reps, args.stall_tokens = saved["tokens"], saved["reps"], saved["stall_tokens"]
+        args.stall_reps = saved.get("stall_reps", 1)
         _write(saved["runs"], saved["stalls"], saved["extras"], saved["limit"], args)
         return
     if args.one:
@@ -233,18 +236,21 @@ def main() -> None:
             r["tokens_per_s"] for r in runs.get(next(iter(SYSTEMS)), []) or [{"tokens_per_s": 1e6}]
         )
         per_token = 1 / (0.25 * limit)
-        stalls = {}
-        for system in systems:
-            if SYSTEMS[system][0] == "tokenizer_alone":
-                continue
-            spec = {
-                "system": system,
-                "setup": setup,
-                "tokens": args.stall_tokens,
-                "seconds_per_token": per_token,
-            }
-            stalls[system] = run_one(spec, args.timeout)
-            print(f"stall: {system}: {stalls[system]}", flush=True)
+        stalls: dict[str, list[dict]] = {}
+        for rep in range(args.stall_reps):
+            for system in systems:
+                if SYSTEMS[system][0] == "tokenizer_alone":
+                    continue
+                spec = {
+                    "system": system,
+                    "setup": setup,
+                    "tokens": args.stall_tokens,
+                    "seconds_per_token": per_token,
+                }
+                result = run_one(spec, args.timeout)
+                print(f"stall, rep {rep + 1}: {system}: {result}", flush=True)
+                if result:
+                    stalls.setdefault(system, []).append(result)
         extras = {}
         for system in systems:
             if SYSTEMS[system][0] != "tokenizer_alone" and "process" not in system and "x1" not in system:
@@ -270,7 +276,7 @@ def _write(runs, stalls, extras, limit, args) -> None:
         rate = median(system, "tokens_per_s")
         if rate is None:
             continue
-        stall = stalls.get(system) or {}
+        stall = _median_of(stalls.get(system))
         first, rss, padding = (median(system, k) for k in ("first_batch_s", "peak_rss", "padding"))
         after = median(system, "after_first")
         rows.append(
@@ -285,13 +291,17 @@ def _write(runs, stalls, extras, limit, args) -> None:
         f"Machine: {platform.machine()}, {CORES} CPUs, Python {platform.python_version()}; "
         + ", ".join(f"{k} {v}" for k, v in versions.items())
         + ", zephon 0.2.0 (PyPI).",
-        f"Command: `python benchmarks/throughput.py --tokens {args.tokens} --reps {args.reps}`. "
+        f"Command: `python benchmarks/throughput.py --tokens {args.tokens} --reps {args.reps} "
+        f"--stall-reps {args.stall_reps}"
+        + (f" --out {args.out} --only " + " ".join(repr(o) for o in args.only) if args.only else "")
+        + "`. "
         f"Medians of {args.reps} interleaved runs, each in a fresh process, {args.tokens:,} tokens "
         "end to end.",
         "Packed tokens/s counts from building the loader (its start-up, imports included) to the last "
         'token; "after the first batch" leaves the start-up out.',
         f"Stall: a loop that trains each batch at a quarter of the HF tokenizer's rate "
-        f"({0.25 * limit / 1e6:.2f}M tokens/s), {args.stall_tokens:,} tokens.",
+        f"({0.25 * limit / 1e6:.2f}M tokens/s), {args.stall_tokens:,} tokens; medians of "
+        f"{args.stall_reps} runs (`--stall-reps`), interleaved.",
         "",
         "| system | packed tokens/s | vs HF tokenizer | first batch | after the first batch | stall share "
         "| longest wait | peak RSS | padding |",
@@ -317,13 +327,14 @@ def _write(runs, stalls, extras, limit, args) -> None:
         *(f"- {system}: {_fmt(size, '{:,} bytes')}" for system, size in extras.items()),
     ]
     os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "throughput.md"), "w") as f:
+    with open(os.path.join(RESULTS, f"{args.out}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    with open(os.path.join(RESULTS, "throughput.json"), "w") as f:
+    with open(os.path.join(RESULTS, f"{args.out}.json"), "w") as f:
         record = {"runs": runs, "stalls": stalls, "extras": extras, "limit": limit}
         record.update(tokens=args.tokens, reps=args.reps, stall_tokens=args.stall_tokens)
+        record["stall_reps"] = args.stall_reps
         json.dump(record, f, indent=1)
-    _plot(rows, limit, os.path.join(RESULTS, "throughput.png"))
+    _plot(rows, limit, os.path.join(RESULTS, f"{args.out}.png"))
     print("\n".join(lines))
 
 
@@ -350,6 +361,14 @@ def _cores_per_gpu(rows) -> list[str]:
         f"{n}: {r[0]}, {r[1] / CORES / 1e6:.2f}M tokens/s per core" for n, r in ours.items() if r
     )
     return [*lines, "", f"(best rate per core: {best})"]
+
+
+def _median_of(results) -> dict:
+    """Medians, key by key, of one system's stall runs (an older results file holds one run)."""
+    if not results:
+        return {}
+    results = [results] if isinstance(results, dict) else results
+    return {k: statistics.median(r[k] for r in results) for k in ("stall_share", "longest_wait")}
 
 
 def _fmt(value, pattern: str) -> str:

@@ -100,3 +100,10 @@ def test_batches_are_the_same_with_either_backend(fresh_tokenizers, corpus, gpt2
     assert load_tokenizer(gpt2).backend_name == "tokenizers"
     assert batches() == fast
     assert np.unique(fast).size == 40
+
+
+def test_the_data_sample_is_bounded_in_characters_not_only_in_documents():
+    texts = ["x" * 10_000] * 300
+    sample = fast_tokenizer.data_sample(texts)
+    assert len(sample) == 16 and all(len(t) == 4096 for t in sample)  # 16 * 4 Ki = 64 Ki
+    assert fast_tokenizer.data_sample(["a", "b"]) == ["a", "b"]

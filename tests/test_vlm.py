@@ -269,6 +269,17 @@ def test_a_text_dataset_mixed_with_an_image_dataset_by_tokens(layouts, gpt2, cor
         assert (b.sources[b.vision.mask] == 1).all()
 
 
+def test_every_batch_of_an_image_pipeline_has_image_inputs_even_without_images(gpt2, corpus):
+    text = Dataset.from_path("text", corpus, exhausted="repeat")
+    p = (
+        Pipeline(text).options(num_lanes=1, chunk_bytes=4096)
+        .images(size=16, patch=8).tokenize(gpt2, image_token=IMAGE_TOKEN).pack_flat(64).batch(2)
+    )  # fmt: skip
+    t = drain(p, 1)[0].to_training()
+    assert t["pixel_values"].shape == (0, 8, 8, 3) and not t["image_mask"].any()
+    assert t["image_spans"].shape == (0, 6)
+
+
 # -- determinism ----------------------------------------------------------------------------
 
 

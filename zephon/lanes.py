@@ -23,7 +23,8 @@ from typing import Any
 from zephon.batch import Batch
 from zephon.errors import with_context
 from zephon.io import Chunk
-from zephon.ops import BatchRows, PackFlat, Shuffle, WorkOperator
+from zephon.ops import BatchRows, Images, PackFlat, Shuffle, WorkOperator
+from zephon.ops.containers import RowPatches
 from zephon.runners import Executor
 from zephon.state import LaneState
 from zephon.work import LanePlan, Mixer, MixState
@@ -176,7 +177,7 @@ class LaneOps:
     shuffle: Shuffle | None
     batch: BatchRows
     window_rows: int
-    normalize: tuple | None = None  # image-text data: (mean, std) of images()
+    images: Images | None = None  # image-text data: every batch carries its image tokens' patches
 
     def rows_in(self, window: int) -> int:
         """Windows start at one microbatch and double up to ``window_rows``: every lane gives
@@ -222,8 +223,10 @@ def lane_batches(
                 )
             for j in range(skip, len(parts)):
                 part = parts[j]
-                batch = Batch(lane, index + j, part.tokens, part.positions, part.sources, part.starts,
-                              vision=part.vision, normalize=ops.normalize)  # fmt: skip
+                batch = Batch(lane, index + j, part.tokens, part.positions, part.sources, part.starts)
+                if ops.images is not None:  # every batch, even one of text rows only
+                    batch.vision = part.vision or RowPatches.none(*part.tokens.shape, ops.images.patch_dim)
+                    batch.normalize = ops.images.mean, ops.images.std
                 batch.counters = counters if j == 0 else {}
                 last = j == len(parts) - 1
                 yield (batch, window + 1, 0, end) if last else (batch, window, j + 1, at_start)

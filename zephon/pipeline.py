@@ -227,10 +227,8 @@ class Pipeline:
 
     def lane_ops(self) -> LaneOps:
         by_type = {type(op): op for op in self._ops}
-        images = by_type.get(Images)
-        normalize = (images.mean, images.std) if images is not None else None
         pack, batch = by_type[PackFlat], by_type[BatchRows]
-        return LaneOps(pack, by_type.get(Shuffle), batch, self.window_rows(), normalize)
+        return LaneOps(pack, by_type.get(Shuffle), batch, self.window_rows(), by_type.get(Images))
 
     def chunk_work(self) -> tuple[ChunkWork, int]:
         """The stateless operators fused into one function per chunk, and its parallelism."""

@@ -128,7 +128,7 @@ class _Delivery:
         lane_ops = pipeline.lane_ops()
         work, parallelism = pipeline.chunk_work()
         self.executor = self.runner.executor(work, parallelism)
-        depth = max(1, -(-2 * parallelism // len(states)))
+        depth = max(3, -(-2 * parallelism // len(states)))
         self.states = states
         self.closed = False
         makers = {}

@@ -8,8 +8,11 @@ It is used only where it gives the reference's ids:
    600 long, many scripts, seeded random Unicode, special tokens inside text); the verdict is kept
    in ``~/.cache/zephon/tokenizers/`` under the hash of the tokenizer file and both libraries'
    versions, so a later load does not probe again;
-2. then on a sample of the data: the first batch of documents each process encodes goes through
-   both, and any difference turns the fast backend off for that tokenizer (recorded, logged).
+2. then on a sample of the data: the first documents each process encodes (up to 256 of them and
+   64 Ki characters, each cut to 4 Ki) go through both, and any difference turns the fast backend
+   off for that tokenizer (recorded, logged). The sample is bounded in characters because the
+   reference is the slow one: a chunk of whole source files through it would take a fifth of a
+   second at every start.
 
 Its choice never changes the ids, so it is not part of the recipe fingerprint. Its own threads are
 set by ``FASTOKENS_BPE_THREADS`` (the process runner sets 1 in its workers).
@@ -50,6 +53,18 @@ def probes() -> list[str]:
     for _ in range(300):
         parts = [chr(rng.randint(*rng.choice(ranges))) for _ in range(rng.randint(1, 40))]
         out.append("".join(parts))
+    return out
+
+
+def data_sample(texts: list[str], most: int = 256, chars: int = 64 << 10, cut: int = 4 << 10) -> list[str]:
+    """The first texts, each cut to ``cut`` characters, up to ``most`` texts and ``chars`` in all
+    (a cut text is as good a probe as a whole one: both backends encode the same string)."""
+    out, total = [], 0
+    for text in texts[:most]:
+        if total >= chars:
+            break
+        out.append(text[:cut])
+        total += len(out[-1])
     return out
 
 
@@ -121,7 +136,7 @@ class FastBackend:
         with self.lock:
             sample, self.sampled = not self.sampled, True
         if sample:
-            different = first_difference(self.reference, self.fast, texts[:256])
+            different = first_difference(self.reference, self.fast, data_sample(texts))
             if different is not None:
                 self.on = False
                 _record(self.key, False, different)

@@ -143,6 +143,9 @@ def decode(value, field: str, size: int):
                 f"limit of {MAX_PIXELS:,} (filter it out, or skip bad records with on_error='skip')"
             )
         image.draft("RGB", (size, size))
+        if image.mode == "RGB":
+            image.load()  # decode now, inside the try (convert would copy an RGB image)
+            return image
         return image.convert("RGB")
     except ValueError:
         raise

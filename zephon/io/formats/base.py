@@ -69,21 +69,30 @@ class Format(ABC):
 
 
 class LRU:
-    """A tiny thread-safe LRU map; one per process, for footers and decoded row groups."""
+    """A tiny thread-safe LRU map; one per process, for footers and decoded row groups. At most
+    ``capacity`` items and, where ``weigh`` says what an item holds, ``max_bytes`` in all (the
+    last item put always stays)."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, max_bytes: int | None = None, weigh=None):
         self.capacity, self.items, self.lock = capacity, OrderedDict(), threading.Lock()
+        self.max_bytes, self.weigh, self.bytes = max_bytes, weigh, 0
 
     def get(self, key):
         with self.lock:
             if key in self.items:
                 self.items.move_to_end(key)
-                return self.items[key]
+                return self.items[key][0]
         return None
 
     def put(self, key, value):
+        weight = self.weigh(value) if self.weigh else 0
         with self.lock:
-            self.items[key] = value
-            self.items.move_to_end(key)
-            while len(self.items) > self.capacity:
-                self.items.popitem(last=False)
+            old = self.items.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            self.items[key] = (value, weight)
+            self.bytes += weight
+            while len(self.items) > 1 and (
+                len(self.items) > self.capacity or (self.max_bytes and self.bytes > self.max_bytes)
+            ):
+                self.bytes -= self.items.popitem(last=False)[1][1]

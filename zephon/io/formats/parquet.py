@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -11,7 +9,9 @@ from zephon.io.chunks import Shard, rows_within, split_range
 from zephon.io.formats.base import LRU, Format, Records
 
 _FOOTERS = LRU(256)
-_ROW_GROUPS = LRU(4)
+# decoded row groups, shared by the process's threads: a row group of images (a few MB) holds many
+# chunks, which different lanes and workers read; bounded by bytes, as text row groups can be large
+_ROW_GROUPS = LRU(16, max_bytes=512 << 20, weigh=lambda table: table.nbytes)
 
 
 def row_group_bounds(metadata: pq.FileMetaData) -> list[tuple[int, int]]:
@@ -57,8 +57,8 @@ class ParquetFormat(Format):
         return table.slice(start - bounds[group][0], stop - start).to_pylist()
 
     def _row_group(self, shard, group, columns, opener) -> pa.Table:
-        # consecutive chunks of one row group usually land on the same worker: decode it once
-        key = (shard.url, shard.size, shard.version, group, columns, threading.get_ident())
+        # the chunks of one row group are read by several lanes and workers: decode it once
+        key = (shard.url, shard.size, shard.version, group, columns)
         table = _ROW_GROUPS.get(key)
         if table is None:
             with opener.open(shard) as f:
