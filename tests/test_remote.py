@@ -16,6 +16,7 @@ import pytest
 
 from zephon import Dataset
 from zephon.io import ChangedFileError, IOConfig, RemoteUnavailableError
+from zephon.io.formats import parquet
 from zephon.testing.data import kjv_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -160,6 +161,7 @@ def test_s3_dataset_reads_every_record_once_with_range_requests(s3_corpus, name)
     ds = Dataset.from_path("s3", f"s3://corpus/bible/{name}", storage_options=storage)
     assert _records(ds) == verses
     table = ds.chunks(1, chunk_size=300, chunk_bytes=1 << 16)
+    parquet._ROW_GROUPS.clear()  # decoded row groups are kept: read this one from the store again
     server.reset()
     ds.read(table.chunk(0, 3))
     assert 0 < server.bytes_served < ds.shards()[0].size / 4

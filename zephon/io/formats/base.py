@@ -84,6 +84,11 @@ class LRU:
                 return self.items[key][0]
         return None
 
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+            self.bytes = 0
+
     def put(self, key, value):
         weight = self.weigh(value) if self.weigh else 0
         with self.lock:
