@@ -520,21 +520,11 @@ def sigstop_worker(tmp, gpt2):
     return error, seconds, f"worker_timeout=2; stopped 1 of {len(workers)} workers; timed from the SIGSTOP"
 
 
-_ORPHAN = """
-import sys, time, psutil
-from zephon import Dataset, Pipeline
-from zephon.testing import take
-ds = Dataset.from_path("d", sys.argv[1], exhausted="repeat")
-pipeline = Pipeline(ds).options(runner="process").tokenize(sys.argv[2], parallelism=2).pack_flat(64).batch(1)
-take(pipeline, 3)
-print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)), flush=True)
-time.sleep(600)
-"""
-
-
 @case("10-parent-killed")
 def parent_killed(tmp, gpt2):
     import psutil
+
+    from zephon.testing.functions import ORPHAN_SCRIPT
 
     def alive(pid: int) -> bool:
         try:
@@ -543,7 +533,7 @@ def parent_killed(tmp, gpt2):
             return False
 
     child = subprocess.Popen(
-        [sys.executable, "-c", _ORPHAN, corpus(tmp), gpt2], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", ORPHAN_SCRIPT, corpus(tmp), gpt2], stdout=subprocess.PIPE, text=True
     )
     pids = [int(p) for p in child.stdout.readline().split()]
     if not pids:
@@ -579,17 +569,9 @@ def s3_503_forever(tmp, gpt2):
     from zephon import Dataset
     from zephon.io import IOConfig
     from zephon.io.chunks import Shard
-    from zephon.testing.fakehttp import FileServer
+    from zephon.testing.fakehttp import s3_answering_503
 
-    server = FileServer(tmp).start()
-    server.answer = (
-        503,
-        b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>",
-    )
-    storage = {
-        "client_kwargs": {"endpoint_url": server.url, "region_name": "us-east-1"},
-        "skip_instance_cache": True,
-    }
+    server, storage = s3_answering_503(tmp)
     config = IOConfig.parse({"retries": {"attempts": 100, "backoff": 0.2, "max_wait": 1.0, "budget": 3.0}})
     error, seconds = timed(
         lambda: Dataset.from_path("s3", "s3://corpus/a.jsonl", storage_options=storage).shards(config)

@@ -19,7 +19,13 @@ import pytest
 from zephon import Dataset, Options, Pipeline
 from zephon.io import DataError
 from zephon.testing import drain, take, write_jsonl
-from zephon.testing.functions import failing_on_seven, raises_two_argument_error, rename_content, shout
+from zephon.testing.functions import (
+    ORPHAN_SCRIPT,
+    failing_on_seven,
+    raises_two_argument_error,
+    rename_content,
+    shout,
+)
 
 # -- settings and states ------------------------------------------------------------------------
 
@@ -172,21 +178,10 @@ def test_a_stopped_worker_is_reported_with_what_it_was_reading(tmp_path, gpt2):
         pipeline.close()
 
 
-_ORPHAN = """
-import os, sys, time, psutil
-from zephon import Dataset, Pipeline
-from zephon.testing import take
-ds = Dataset.from_path("d", sys.argv[1], exhausted="repeat")
-pipeline = Pipeline(ds).options(runner="process").tokenize(sys.argv[2], parallelism=2).pack_flat(64).batch(1)
-take(pipeline, 3)
-print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)), flush=True)
-time.sleep(600)
-"""
-
-
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_worker_processes_die_with_the_pipeline_process(corpus, gpt2, how):
-    child = subprocess.Popen([sys.executable, "-c", _ORPHAN, corpus, gpt2], stdout=subprocess.PIPE, text=True)
+    command = [sys.executable, "-c", ORPHAN_SCRIPT, corpus, gpt2]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     pids = [int(p) for p in child.stdout.readline().split()]
     assert len(pids) >= 2, "a fork server and its workers"
     child.send_signal(how)

@@ -215,17 +215,9 @@ def test_unreachable_https_url_fails_within_the_retry_budget():
 
 def test_an_s3_store_answering_503_fails_within_the_retry_budget_naming_url_and_budget(tmp_path):
     from zephon.io.chunks import Shard
-    from zephon.testing.fakehttp import FileServer
+    from zephon.testing.fakehttp import s3_answering_503
 
-    server = FileServer(str(tmp_path)).start()
-    server.answer = (
-        503,
-        b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>",
-    )
-    storage = {
-        "client_kwargs": {"endpoint_url": server.url, "region_name": "us-east-1"},
-        "skip_instance_cache": True,
-    }
+    server, storage = s3_answering_503(str(tmp_path))
     config = IOConfig.parse({"retries": {"attempts": 100, "backoff": 0.2, "max_wait": 1.0, "budget": 3.0}})
     try:
         start = time.monotonic()

@@ -82,3 +82,18 @@ class _Handler(SimpleHTTPRequestHandler):
         if not head:
             self.wfile.write(body)
         return True
+
+
+SLOW_DOWN = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+
+
+def s3_answering_503(folder: str) -> tuple[FileServer, dict]:
+    """A started server that answers every request as an S3 store that is down (503 SlowDown),
+    and the ``storage_options`` that point an ``s3://`` dataset at it."""
+    server = FileServer(folder).start()
+    server.answer = (503, SLOW_DOWN)
+    storage = {
+        "client_kwargs": {"endpoint_url": server.url, "region_name": "us-east-1"},
+        "skip_instance_cache": True,
+    }
+    return server, storage

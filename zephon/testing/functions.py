@@ -40,3 +40,18 @@ def failing_on_seven(record: dict) -> dict:
 def rename_content(record: dict) -> dict:
     """``{"content": x}`` -> ``{"text": x}``."""
     return {"text": record["content"]}
+
+
+# A process that runs a process-runner pipeline, prints its child processes' ids and sleeps:
+# kill it to see whether its workers, fork server and resource tracker end with it.
+# python -c ORPHAN_SCRIPT DATA TOKENIZER
+ORPHAN_SCRIPT = """
+import sys, time, psutil
+from zephon import Dataset, Pipeline
+from zephon.testing import take
+ds = Dataset.from_path("d", sys.argv[1], exhausted="repeat")
+pipeline = Pipeline(ds).options(runner="process").tokenize(sys.argv[2], parallelism=2).pack_flat(64).batch(1)
+take(pipeline, 3)
+print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)), flush=True)
+time.sleep(600)
+"""
