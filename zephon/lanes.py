@@ -116,8 +116,11 @@ class ChunkStreams:
         queue = self._submit(dataset, k, skip)
         if not queue or k - queue[0][0] >= len(queue):
             return None
+        future = queue[k - queue[0][0]][1]
+        if not future.done():
+            self.executor.hurry(future)  # read ahead for later, needed now
         try:
-            return queue[k - queue[0][0]][1].result(timeout=self.timeout)
+            return future.result(timeout=self.timeout)
         except TimeoutError:
             raise TimeoutError(
                 f"lane {self.lane}: {self._where(dataset, k)} has not come back from the workers in "

@@ -15,6 +15,9 @@ class Executor(ABC):
     def submit(self, unit: Any, priority: tuple = ()) -> Future:
         """``priority``: lower runs sooner, where the executor has a queue (ties: first come)."""
 
+    def hurry(self, future: Future) -> None:  # noqa: B027 - no queue by default
+        """``future`` is waited for now: run it before anything queued, where it still waits."""
+
     def shutdown(self) -> None:  # noqa: B027 - nothing to release by default
         pass
 

@@ -3,7 +3,8 @@
 Units wait in a heap ordered by ``priority`` (then submission order); a feeder thread hands the
 pool the most urgent one whenever fewer than ``limit`` are in the pool. A lane's chunks are
 submitted with the window they are needed for, so the consumer's next batches are made first:
-the first batch of a run waits for one lane's window, not for every lane's.
+the first batch of a run waits for one lane's window, not for every lane's. A unit that is
+waited for while it still queues (read ahead for later, needed now) moves to the front.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from typing import Any
 
 from zephon.runners.base import Executor
 
+_NOW = (-1,)  # before any priority a lane gives (windows count from 0)
+
 
 class PriorityGate(Executor):
     def __init__(self, pool_submit: Callable[[Any], Future], limit: int, on_shutdown: Callable[[], None]):
         self.pool_submit, self.limit, self.on_shutdown = pool_submit, max(1, limit), on_shutdown
-        self.heap: list = []
+        self.heap: list = []  # [priority, order, unit, future]; unit None: moved to the front
+        self.entries: dict[Future, list] = {}  # the queued units' heap entries
         self.order = itertools.count()
         self.in_pool, self.closed = 0, False
         self.ready = threading.Condition()
@@ -34,9 +38,22 @@ class PriorityGate(Executor):
             if self.closed:
                 future.cancel()
                 return future
-            heapq.heappush(self.heap, (priority, next(self.order), unit, future))
+            entry = [priority, next(self.order), unit, future]
+            heapq.heappush(self.heap, entry)
+            self.entries[future] = entry
             self.ready.notify()
         return future
+
+    def hurry(self, future: Future) -> None:
+        with self.ready:
+            entry = self.entries.get(future)
+            if entry is None or entry[0] == _NOW:
+                return  # in the pool already, done, or hurried
+            moved = [_NOW, next(self.order), entry[2], future]
+            entry[2] = None  # the old entry stays in the heap, empty, until it comes up
+            heapq.heappush(self.heap, moved)
+            self.entries[future] = moved
+            self.ready.notify()
 
     def _feed(self) -> None:
         while True:
@@ -46,6 +63,9 @@ class PriorityGate(Executor):
                 if self.closed:
                     return
                 _, _, unit, future = heapq.heappop(self.heap)
+                if unit is None:
+                    continue  # moved to the front earlier
+                del self.entries[future]
                 if not future.set_running_or_notify_cancel():
                     continue  # cancelled while it waited
                 self.in_pool += 1
@@ -73,6 +93,7 @@ class PriorityGate(Executor):
         with self.ready:
             self.closed = True
             waiting, self.heap = self.heap, []
+            self.entries.clear()
             self.ready.notify_all()
         for *_, future in waiting:
             future.cancel()
