@@ -80,11 +80,22 @@ def test_until_the_fast_backend_is_loaded_the_reference_encodes(fresh_tokenizers
     gate = threading.Event()
     real = fast_tokenizer.FastBackend._load
     monkeypatch.setattr(fast_tokenizer.FastBackend, "_load", lambda self, *a: (gate.wait(), real(self, *a)))
+    monkeypatch.setattr(fast_tokenizer.FastBackend, "patience", 60.0)
     tok = load_tokenizer(gpt2)
-    texts = ["Loading, still", "and another"]
+    texts = ["Loading, still", "and another"]  # small: the reference encodes them, no waiting
     ids, offsets = tok.encode_flat(texts)
     assert not tok.fast.ready.is_set() and ids[: offsets[1]].tolist() == tok.encode_batch(texts)[0]
+    big = [r["text"] for r in kjv_records()[:3000]]  # larger: waits for the fast backend
+    assert sum(map(len, big)) > fast_tokenizer.FastBackend.small
+    out = []
+    waiting = threading.Thread(target=lambda: out.append(tok.fast.encode_flat(big)))
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive() and not out  # still waiting while the loading is held
     gate.set()
+    waiting.join(60)
+    ids, offsets = out[0]  # fastokens' answer, not None
+    assert [ids[a:b].tolist() for a, b in itertools.pairwise(offsets)] == tok.encode_batch(big)
     assert tok.backend_name == "fastokens"
 
 

@@ -128,7 +128,9 @@ class _Delivery:
         lane_ops = pipeline.lane_ops()
         work, parallelism = pipeline.chunk_work()
         self.executor = self.runner.executor(work, parallelism)
-        depth = max(3, -(-2 * parallelism // len(states)))
+        # chunks read ahead per lane and dataset: enough to keep the workers busy; none inline,
+        # where reading ahead only delays the batch at hand
+        depth = max(3, -(-2 * parallelism // len(states))) if self.runner.background else 0
         self.states = states
         self.closed = False
         makers = {}

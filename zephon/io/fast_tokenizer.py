@@ -89,14 +89,17 @@ class FastBackend:
     """``fastokens`` for one tokenizer file, checked against the reference as described above.
 
     It loads in a background thread (building it takes a few tenths of a second, probing as
-    much again the first time). :meth:`encode_flat` waits for it up to ``patience`` seconds:
-    the reference would take longer over the same texts (a 1 MiB chunk is about a twentieth of
-    a second for it, a few milliseconds for fastokens) and compete for the cores the loading
-    needs. Past that, and wherever it is not exact, :meth:`encode_flat` answers None and the
-    reference encodes: the same ids either way.
+    much again the first time). Until it is ready, :meth:`encode_flat` answers None for texts
+    of up to ``small`` characters, so that the reference encodes them (a run's first batches
+    need a few such chunks, which the reference is done with in milliseconds), and waits for it
+    up to ``patience`` seconds for larger ones: the reference would take longer over them (a
+    1 MiB chunk is about a third of a second for it on one core, a few milliseconds for
+    fastokens) and compete for the cores the loading needs. Past that, and wherever it is not
+    exact, :meth:`encode_flat` answers None and the reference encodes: the same ids either way.
     """
 
     patience = 5.0
+    small = 64 << 10  # characters: the reference takes about 20 ms on one core
 
     def __init__(self, raw_json: bytes, reference, key: str, verdict: bool | None):
         self.reference, self.key, self.fast = reference, key, None
@@ -130,6 +133,8 @@ class FastBackend:
 
     def encode_flat(self, texts: list[str]):
         """(ids uint32, offsets int64 [n + 1]) or None where the reference must be used."""
+        if not self.ready.is_set() and sum(map(len, texts)) <= self.small:
+            return None  # the reference is done with these before the loading would be
         if not self.ready.wait(self.patience) or not self.on:
             return None
         ids, offsets = _flat(self.fast, texts)

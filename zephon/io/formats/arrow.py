@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from zephon.io.chunks import Shard, rows_within, split_range
 from zephon.io.formats.base import LRU, Format, Records
+
+if TYPE_CHECKING:  # pyarrow is imported where an Arrow file is read: not at zephon's import
+    import pyarrow as pa
 
 _OPENED = LRU(8)  # per process: record batches of recently read files (memory-mapped if local)
 
@@ -20,6 +23,8 @@ def _batches(shard: Shard, opener) -> list[pa.RecordBatch]:
 
 
 def _open_batches(shard: Shard, opener) -> list[pa.RecordBatch]:
+    import pyarrow as pa
+
     if opener.is_remote(shard.url):
         with opener.open(shard) as f:
             source = pa.BufferReader(f.read())

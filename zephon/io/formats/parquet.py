@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from zephon.io.chunks import Shard, rows_within, split_range
 from zephon.io.formats.base import LRU, Format, Records
+
+if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: not at zephon's import
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 _FOOTERS = LRU(256)
 # decoded row groups, shared by the process's threads: a row group of images (a few MB) holds many
@@ -32,6 +35,8 @@ class ParquetFormat(Format):
         metadata = _FOOTERS.get(key)
         if metadata is None:
             with opener.open(shard) as f:
+                import pyarrow.parquet as pq
+
                 metadata = pq.ParquetFile(f).metadata
             _FOOTERS.put(key, metadata)
         return metadata
@@ -62,6 +67,8 @@ class ParquetFormat(Format):
         table = _ROW_GROUPS.get(key)
         if table is None:
             with opener.open(shard) as f:
+                import pyarrow.parquet as pq
+
                 pf = pq.ParquetFile(f, metadata=self.footer(shard, opener))
                 table = pf.read_row_group(group, columns=list(columns) if columns else None)
             _ROW_GROUPS.put(key, table)
