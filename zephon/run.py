@@ -128,9 +128,12 @@ class _Delivery:
         lane_ops = pipeline.lane_ops()
         work, parallelism = pipeline.chunk_work()
         self.executor = self.runner.executor(work, parallelism)
-        # chunks read ahead per lane and dataset: enough to keep the workers busy; none inline,
-        # where reading ahead only delays the batch at hand
-        depth = max(3, -(-2 * parallelism // len(states))) if self.runner.background else 0
+        # chunks read ahead per lane and dataset: about three per lane in all (the mixer draws on
+        # every dataset), and two per worker; none inline, where reading ahead only delays the
+        # batch at hand. More read ahead at the start delays the chunks the next windows need:
+        # with three datasets, one each has the stall loop wait 1% of its time, three each 2%
+        depth = max(-(-3 // len(self.names)), -(-2 * parallelism // len(states)))
+        depth = depth if self.runner.background else 0
         self.states = states
         self.closed = False
         makers = {}
