@@ -151,13 +151,14 @@ def build_rows(pieces: list[Piece], lengths: list[int], row_len: int, pad_id: in
         if p.start > offsets[p.doc]:
             cuts.append(a)
         if p.stop > offsets[p.doc + 1]:  # a run of several documents
-            inner = offsets[p.doc + 1 : int(np.searchsorted(offsets, p.stop))]
+            inner = offsets[p.doc + 1 : int(offsets.searchsorted(p.stop))]
             starts[a + inner - p.start] = True
     starts[at] = True
     restart = starts.copy()
     starts[cuts] = False
-    index = np.arange(len(tokens))
-    positions = (index - np.maximum.accumulate(np.where(restart, index, 0))).astype(np.int32)
+    segments = np.flatnonzero(restart)  # every run of positions from 0 begins at one of these
+    sizes_of = np.diff(segments, append=len(tokens))
+    positions = np.arange(len(tokens), dtype=np.int32) - np.repeat(segments.astype(np.int32), sizes_of)
     sources = np.repeat(np.fromiter((p.dataset for p in pieces), np.int16, len(pieces)), sizes)
     vision = _image_tokens(pieces, len(tokens))
     flat = (tokens, positions, sources, starts, *(() if vision is None else vision[:1]))

@@ -31,6 +31,7 @@ of the integral of its weight; for fixed shares that is the key above.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -155,6 +156,8 @@ class Mixer:
 
     Inside, a position is a document index into the chunk at hand (``heads[d]``); ``state``
     gives it as the record number, which does not depend on where the chunk was read from.
+    ``bounds[d]`` holds that chunk's document offsets as a list: the rule looks at a few of them
+    per piece, and a list answers in a tenth of the time of an array.
     """
 
     def __init__(
@@ -170,11 +173,13 @@ class Mixer:
         self.used = list(state.used)
         self.max_empty = max_empty  # consecutive empty chunks after which a dataset is unusable
         self.heads: list[Any] = [None] * len(shares)  # the tokenized chunk at each position
+        self.bounds: list[list[int] | None] = [None] * len(shares)  # heads[d].offsets, as a list
         self.docs = [0] * len(shares)  # document index into heads[d]
         self.counters: dict[str, int] = {}  # of the chunks entered since the last take_counters
         self.ended = False
         for d, position in enumerate(state.positions):
             head = self.heads[d] = fetch(d, position.chunk, position.record)
+            self.bounds[d] = None if head is None else head.offsets.tolist()
             if head is not None:
                 self.docs[d] = int(np.searchsorted(head.records, position.record))
                 if fresh:  # a chunk's counters count when the lane enters it
@@ -210,14 +215,14 @@ class Mixer:
             upcoming = [self._next_units(e, limit) for e in range(len(self.shares))]
             d = pick(self.shares, self.used, upcoming)
             piece = self._cut(d, limit, False)
-            if runs and len(piece) < limit and piece.stop == piece.docs.offsets[piece.doc + 1]:
+            if runs and len(piece) < limit and piece.stop == self.bounds[d][piece.doc + 1]:
                 piece.stop = self._run_stop(piece, limit)
         self._advance(piece.dataset, piece)
         return piece
 
     def _remaining(self, d: int) -> int:
-        offsets, doc = self.heads[d].offsets, self.docs[d]
-        return int(offsets[doc + 1] - offsets[doc]) - self.offsets[d]
+        bounds, doc = self.bounds[d], self.docs[d]
+        return bounds[doc + 1] - bounds[doc] - self.offsets[d]
 
     def _next_units(self, d: int, limit: int) -> int:
         if self.unit == "records":
@@ -227,7 +232,7 @@ class Mixer:
     def _run_stop(self, piece: Piece, limit: int) -> int:
         """Where the rule, piece by piece, would stop taking the documents after ``piece`` from
         its dataset: the same comparisons as :func:`pick`, on arrays."""
-        docs = piece.docs
+        docs, bounds = piece.docs, self.bounds[piece.dataset]  # piece.docs is heads[d] still
         first = piece.doc + 1
         k = self._run_scalar(piece, limit, first, min(len(docs), first + 16))
         look = 16
@@ -236,11 +241,12 @@ class Mixer:
             k = self._run_length(piece, limit, first, min(len(docs), first + look))
         if k == 0:
             return piece.stop
-        return min(int(docs.offsets[first + k]), piece.start + limit)  # the last one cut where the room ends
+        return min(bounds[first + k], piece.start + limit)  # the last one cut where the room ends
 
     def _run_scalar(self, piece: Piece, limit: int, first: int, last: int) -> int:
         """:meth:`_run_length` for a few documents, one by one: cheaper than arrays for short runs."""
-        d, offsets = piece.dataset, piece.docs.offsets[first : last + 1].tolist()
+        d = piece.dataset
+        offsets = self.bounds[d][first : last + 1]
         others = [
             (
                 e,
@@ -293,23 +299,22 @@ class Mixer:
         return len(wins) if wins.all() else int(np.argmin(wins))
 
     def _cut(self, d: int, limit: int, runs: bool) -> Piece:
-        docs, doc = self.heads[d], self.docs[d]
-        start = int(docs.offsets[doc]) + self.offsets[d]
-        doc_end = int(docs.offsets[doc + 1])
+        docs, bounds, doc = self.heads[d], self.bounds[d], self.docs[d]
+        start = bounds[doc] + self.offsets[d]
+        doc_end = bounds[doc + 1]
         if not runs or doc_end - start >= limit:
             return Piece(d, docs, doc, start, min(doc_end, start + limit))
-        return Piece(d, docs, doc, start, min(int(docs.offsets[-1]), start + limit))
+        return Piece(d, docs, doc, start, min(bounds[-1], start + limit))
 
     def _advance(self, d: int, piece: Piece) -> None:
-        offsets = self.heads[d].offsets
-        last = int(np.searchsorted(offsets, piece.stop, side="right")) - 1  # the doc holding stop
+        bounds = self.bounds[d]
+        last = bisect.bisect_right(bounds, piece.stop) - 1  # the doc holding stop
         if self.unit == "tokens":
             self.used[d] += len(piece)
         else:  # documents begun: document starts inside [start, stop)
-            self.used[d] += (
-                int(np.searchsorted(offsets[:-1], piece.stop)) - self.docs[d] - (self.offsets[d] > 0)
-            )
-        self.docs[d], self.offsets[d] = last, piece.stop - int(offsets[last])
+            begun = bisect.bisect_left(bounds, piece.stop, 0, len(bounds) - 1)  # starts before stop
+            self.used[d] += begun - self.docs[d] - (self.offsets[d] > 0)
+        self.docs[d], self.offsets[d] = last, piece.stop - bounds[last]
         self._settle(d)
 
     # -- positions --------------------------------------------------------------------------
@@ -326,6 +331,7 @@ class Mixer:
                 )
             self.chunks[d], self.docs[d], self.offsets[d] = self.chunks[d] + 1, 0, 0
             docs = self.heads[d] = self.fetch(d, self.chunks[d], 0)
+            self.bounds[d] = None if docs is None else docs.offsets.tolist()
             if docs is not None:
                 self.counters = _sum(self.counters, docs.counters)
         if docs is None:
@@ -333,13 +339,13 @@ class Mixer:
 
     def snapshot(self) -> tuple:
         """Everything ``restore`` needs to undo later takes (best-fit packing tries a prefix)."""
-        lists = (self.chunks, self.docs, self.offsets, self.used, self.heads)
+        lists = (self.chunks, self.docs, self.offsets, self.used, self.heads, self.bounds)
         return (*(list(x) for x in lists), dict(self.counters), self.ended)
 
     def restore(self, snapshot: tuple) -> None:
-        chunks, docs, offsets, used, heads, counters, self.ended = snapshot
+        chunks, docs, offsets, used, heads, bounds, counters, self.ended = snapshot
         self.chunks, self.docs, self.offsets, self.used = list(chunks), list(docs), list(offsets), list(used)
-        self.heads, self.counters = list(heads), dict(counters)
+        self.heads, self.bounds, self.counters = list(heads), list(bounds), dict(counters)
 
     def take_counters(self) -> dict[str, int]:
         """Counters (empty documents, filtered records) of the chunks entered since the last call."""
