@@ -206,12 +206,12 @@ def test_runs_take_exactly_the_pieces_the_rule_takes_one_by_one(unit, seed):
         rng_docs = np.random.default_rng(seed + 100)
         out = []
         for d in range(n):
-            chunks = [list(rng_docs.integers(1, 2 * means[d], rng_docs.integers(0, 40))) for _ in range(30)]
+            chunks = [list(rng_docs.integers(1, 2 * means[d], rng_docs.integers(0, 120))) for _ in range(30)]
             out.append(_chunks(d, chunks, first_token=1 + 100_000 * d))
         return out
 
     shares = list(rng.dirichlet(np.ones(n)))
-    row_len = int(rng.choice([7, 64, 129]))
+    row_len = int(rng.choice([7, 64, 129, 1025]))  # 1025: runs longer than SCALAR_RUN, on arrays
 
     def stream(runs: bool) -> tuple[list[int], list[int]]:
         mixer, tokens, filled = _mixer(streams(), shares, unit=unit), [], 0
@@ -224,3 +224,35 @@ def test_runs_take_exactly_the_pieces_the_rule_takes_one_by_one(unit, seed):
         return tokens, mixer.state.used
 
     assert stream(runs=True) == stream(runs=False)
+
+
+@pytest.mark.parametrize("unit", ["tokens", "records"])
+@pytest.mark.parametrize("seed", range(4))
+def test_long_runs_looked_at_on_arrays_take_what_the_rule_takes_one_by_one(unit, seed, monkeypatch):
+    # a dataset of one- and two-token documents next to one of long ones: runs of hundreds of
+    # documents, past what the mixer looks at one by one (counted: the array path is taken)
+    rng = np.random.default_rng(seed)
+    streams = lambda: [  # noqa: E731
+        _chunks(0, [list(rng_docs.integers(1, 3, 600)) for _ in range(6)]),
+        _chunks(1, [list(rng_docs.integers(200, 900, 20)) for _ in range(6)], first_token=10**6),
+    ]
+    shares = [float(rng.uniform(0.98, 0.995)), 0.0]
+    shares[1] = 1 - shares[0]
+    arrays = []
+    real = Mixer._run_length
+    monkeypatch.setattr(Mixer, "_run_length", lambda self, *a: arrays.append(1) or real(self, *a))
+
+    def stream(runs: bool) -> list[int]:
+        nonlocal rng_docs
+        rng_docs = np.random.default_rng(seed + 7)
+        mixer, tokens, filled = _mixer(streams(), shares, unit=unit), [], 0
+        while True:
+            piece = mixer.take(2049 - filled % 2049, runs=runs)
+            if piece is None:
+                return tokens + mixer.state.used
+            tokens += piece.docs.tokens[piece.start : piece.stop].tolist()
+            filled += len(piece)
+
+    rng_docs = None
+    assert stream(runs=True) == stream(runs=False)
+    assert arrays

@@ -145,6 +145,7 @@ class Piece:
 
 
 RUN = 512  # documents a run may look ahead at once
+SCALAR_RUN = 48  # documents a run looks at one by one before it looks on arrays (less overhead)
 
 # fetch(dataset, chunk number, first record) -> that chunk of the lane, tokenized from that record
 # on (waits for the workers), or None past the end of a dataset that stops
@@ -234,8 +235,8 @@ class Mixer:
         its dataset: the same comparisons as :func:`pick`, on arrays."""
         docs, bounds = piece.docs, self.bounds[piece.dataset]  # piece.docs is heads[d] still
         first = piece.doc + 1
-        k = self._run_scalar(piece, limit, first, min(len(docs), first + 16))
-        look = 16
+        look = SCALAR_RUN
+        k = self._run_scalar(piece, limit, first, min(len(docs), first + look))
         while k == look and first + look < len(docs) and look < RUN:  # a long run: on arrays
             look *= 8
             k = self._run_length(piece, limit, first, min(len(docs), first + look))
