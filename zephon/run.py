@@ -132,8 +132,8 @@ class _Delivery:
         # every dataset), and two per worker; none inline, where reading ahead only delays the
         # batch at hand. More read ahead at the start delays the chunks the next windows need:
         # with three datasets, one each has the stall loop wait 1% of its time, three each 2%
-        depth = max(-(-3 // len(self.names)), -(-2 * parallelism // len(states)))
-        depth = depth if self.runner.background else 0
+        chunks_ahead = max(-(-3 // len(self.names)), -(-2 * parallelism // len(states)))
+        depth = chunks_ahead if self.runner.background else 0
         self.states = states
         self.closed = False
         makers = {}

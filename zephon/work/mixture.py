@@ -179,8 +179,7 @@ class Mixer:
         self.counters: dict[str, int] = {}  # of the chunks entered since the last take_counters
         self.ended = False
         for d, position in enumerate(state.positions):
-            head = self.heads[d] = fetch(d, position.chunk, position.record)
-            self.bounds[d] = None if head is None else head.offsets.tolist()
+            head = self._enter(d, position.chunk, position.record)
             if head is not None:
                 self.docs[d] = int(np.searchsorted(head.records, position.record))
                 if fresh:  # a chunk's counters count when the lane enters it
@@ -320,6 +319,12 @@ class Mixer:
 
     # -- positions --------------------------------------------------------------------------
 
+    def _enter(self, d: int, chunk: int, record: int) -> Any:
+        """Chunk ``chunk`` of ``d``, from ``record`` on, as the head of ``d`` (None past its end)."""
+        head = self.heads[d] = self.fetch(d, chunk, record)
+        self.bounds[d] = None if head is None else head.offsets.tolist()
+        return head
+
     def _settle(self, d: int) -> None:
         """Step over used-up and empty chunks to the next document of ``d``, or its end."""
         docs, empty = self.heads[d], 0
@@ -331,8 +336,7 @@ class Mixer:
                     "holds no usable records (blank lines? a filter that drops everything?)"
                 )
             self.chunks[d], self.docs[d], self.offsets[d] = self.chunks[d] + 1, 0, 0
-            docs = self.heads[d] = self.fetch(d, self.chunks[d], 0)
-            self.bounds[d] = None if docs is None else docs.offsets.tolist()
+            docs = self._enter(d, self.chunks[d], 0)
             if docs is not None:
                 self.counters = _sum(self.counters, docs.counters)
         if docs is None:
