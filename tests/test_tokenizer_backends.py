@@ -107,7 +107,7 @@ def test_batches_are_the_same_with_either_backend(fresh_tokenizers, corpus, gpt2
 
     fast = batches()
     monkeypatch.setattr(tokenizer, "_LOADED", {})
-    monkeypatch.setattr(fast_tokenizer, "load", lambda raw, reference: None)
+    monkeypatch.setattr(fast_tokenizer, "load", lambda raw: None)
     assert load_tokenizer(gpt2).backend_name == "tokenizers"
     assert batches() == fast
     assert np.unique(fast).size == 40
@@ -118,3 +118,19 @@ def test_the_data_sample_is_bounded_in_characters_not_only_in_documents():
     sample = fast_tokenizer.data_sample(texts)
     assert len(sample) == 16 and all(len(t) == 4096 for t in sample)  # 16 * 4 Ki = 64 Ki
     assert fast_tokenizer.data_sample(["a", "b"]) == ["a", "b"]
+
+
+def test_a_broken_tokenizer_file_is_named_and_its_fast_loading_ends(fresh_tokenizers, gpt2, tmp_path):
+    import shutil
+    import threading
+
+    broken = tmp_path / "broken"
+    shutil.copytree(gpt2, broken)
+    raw = (broken / "tokenizer.json").read_bytes()
+    (broken / "tokenizer.json").write_bytes(raw[: len(raw) // 2])  # cut short, as by a full disk
+    with pytest.raises(ValueError, match="tokenizer.json: not a tokenizer Hugging Face tokenizers can read"):
+        load_tokenizer(str(broken))
+    loading = [t for t in threading.enumerate() if t.name == "zephon-fastokens"]
+    for t in loading:
+        t.join(30)
+    assert not any(t.is_alive() for t in loading), "the fast backend's loading must not wait forever"

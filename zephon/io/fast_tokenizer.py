@@ -88,21 +88,24 @@ def _flat(fast, texts: list[str]):
 class FastBackend:
     """``fastokens`` for one tokenizer file, checked against the reference as described above.
 
-    It loads in a background thread (building it takes a few tenths of a second, probing as
-    much again the first time). Until it is ready, :meth:`encode_flat` answers None for texts
-    of up to ``small`` characters, so that the reference encodes them (a run's first batches
-    need a few such chunks, which the reference is done with in milliseconds), and waits for it
-    up to ``patience`` seconds for larger ones: the reference would take longer over them (a
-    1 MiB chunk is about a third of a second for it on one core, a few milliseconds for
-    fastokens) and compete for the cores the loading needs. Past that, and wherever it is not
-    exact, :meth:`encode_flat` answers None and the reference encodes: the same ids either way.
+    It loads in a background thread (building it takes a few tenths of a second, on a core of
+    its own: it releases the GIL; probing takes as much again the first time), started before
+    the reference is built, which joins it with :meth:`attach`. Until it is ready,
+    :meth:`encode_flat` answers None for texts of up to ``small`` characters, so that the
+    reference encodes them (a run's first chunks: the reference is done with one in tens of
+    milliseconds, while the loading has tenths of a second to go), and waits for it up to
+    ``patience`` seconds for larger ones: the reference would take longer over them (a 1 MiB
+    chunk is about a third of a second for it on one core, a few milliseconds for fastokens)
+    and compete for the cores the loading needs. Past that, and wherever it is not exact,
+    :meth:`encode_flat` answers None and the reference encodes: the same ids either way.
     """
 
     patience = 5.0
-    small = 64 << 10  # characters: the reference takes about 20 ms on one core
+    small = 256 << 10  # characters: the reference takes about 80 ms on one core
 
-    def __init__(self, raw_json: bytes, reference, key: str, verdict: bool | None):
-        self.reference, self.key, self.fast = reference, key, None
+    def __init__(self, raw_json: bytes, key: str, verdict: bool | None):
+        self.reference, self.key, self.fast = None, key, None
+        self.attached = threading.Event()
         self.on, self.sampled, self.lock = True, False, threading.Lock()
         self.ready = threading.Event()
         # not a daemon: the interpreter waits for it at exit (under a second) instead of stopping
@@ -116,7 +119,10 @@ class FastBackend:
 
         try:
             fast = fastokens.Tokenizer.from_json_str(raw_json.decode("utf-8"))
-            if verdict is None:
+            self.attached.wait()
+            if self.reference is None:  # the reference did not load: no tokenizer to serve
+                verdict = False
+            elif verdict is None:
                 different = first_difference(self.reference, fast, probes())
                 _record(self.key, different is None, different)
                 verdict = different is None
@@ -125,6 +131,11 @@ class FastBackend:
             verdict = False
         self.fast, self.on = (fast, True) if verdict else (None, False)
         self.ready.set()
+
+    def attach(self, reference) -> None:
+        """The reference tokenizer (Hugging Face ``tokenizers``) to probe and sample against."""
+        self.reference = reference
+        self.attached.set()
 
     def wait(self) -> bool:
         """Whether it is on, once loaded and probed."""
@@ -152,9 +163,9 @@ class FastBackend:
         return ids, offsets
 
 
-def load(raw_json: bytes, reference) -> FastBackend | None:
+def load(raw_json: bytes) -> FastBackend | None:
     """The fast backend for this tokenizer file, loading, or None (not installed, or known not
-    to be exact)."""
+    to be exact). Give it the reference with :meth:`FastBackend.attach` before using it."""
     try:
         import fastokens  # noqa: F401 - only whether it is there
     except ImportError:
@@ -162,7 +173,7 @@ def load(raw_json: bytes, reference) -> FastBackend | None:
     versions = [importlib.metadata.version(p) for p in ("fastokens", "tokenizers")]
     key = hashlib.sha256(raw_json + json.dumps(versions).encode()).hexdigest()[:32]
     verdict = _verdict(key)
-    return None if verdict is False else FastBackend(raw_json, reference, key, verdict)
+    return None if verdict is False else FastBackend(raw_json, key, verdict)
 
 
 def _path(key: str) -> str:

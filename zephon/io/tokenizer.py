@@ -66,7 +66,17 @@ class HFTokenizer(TextTokenizer):
 
         with open(tokenizer_json, "rb") as f:
             raw = f.read()
-        self.tokenizer_id, self.backend = tokenizer_id, Tokenizer.from_str(raw.decode("utf-8"))
+        self.fast = fast_tokenizer.load(raw)  # same ids, not in the fingerprint; loads meanwhile
+        self.tokenizer_id, self.backend = tokenizer_id, None
+        try:
+            self.backend = Tokenizer.from_str(raw.decode("utf-8"))
+        except Exception as e:  # tokenizers raises a bare Exception that names no file
+            raise ValueError(
+                f"{tokenizer_json}: not a tokenizer Hugging Face tokenizers can read ({e})"
+            ) from None
+        finally:  # None: the reference failed to load, and so does this tokenizer
+            if self.fast is not None:
+                self.fast.attach(self.backend)
         config, config_raw = {}, b""
         if config_json and os.path.isfile(config_json):
             with open(config_json, "rb") as f:
@@ -78,7 +88,6 @@ class HFTokenizer(TextTokenizer):
         self.bos_id = None if bos == self.eos_id else bos
         # the config names the special tokens that tokenize adds: part of what shapes the data
         self.fingerprint = hashlib.sha256(raw + b"\0" + config_raw).hexdigest()[:16]
-        self.fast = fast_tokenizer.load(raw, self.backend)  # same ids, not in the fingerprint
 
     @property
     def vocab_size(self) -> int:
