@@ -128,7 +128,7 @@ def test_a_broken_tokenizer_file_is_named_and_its_fast_loading_ends(fresh_tokeni
     shutil.copytree(gpt2, broken)
     raw = (broken / "tokenizer.json").read_bytes()
     (broken / "tokenizer.json").write_bytes(raw[: len(raw) // 2])  # cut short, as by a full disk
-    with pytest.raises(ValueError, match="tokenizer.json: not a tokenizer Hugging Face tokenizers can read"):
+    with pytest.raises(ValueError, match=r"tokenizer\.json: not a tokenizer Hugging Face"):
         load_tokenizer(str(broken))
     loading = [t for t in threading.enumerate() if t.name == "zephon-fastokens"]
     for t in loading:
