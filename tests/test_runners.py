@@ -1,12 +1,17 @@
-"""The runners' queue: most urgent work first, and work waited for before work read ahead."""
+"""The runners' queue: most urgent work first, and work waited for before work read ahead; the
+process runner's start."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import pytest
 
+from zephon.runners.process import ProcessExecutor
 from zephon.runners.thread import ThreadExecutor
+from zephon.testing.functions import SlowToStart
 
 
 @pytest.mark.parametrize("hurried", [None, "c", "a"])
@@ -39,3 +44,30 @@ def test_a_unit_waited_for_runs_before_everything_queued(hurried):
         queued.remove(hurried)
         queued.insert(0, hurried)
     assert ran == ["first", *queued]
+
+
+def test_until_a_worker_process_is_up_units_run_in_this_process():
+    executor = ProcessExecutor(SlowToStart(), 2)
+    try:
+        first = executor.submit("a")
+        second = executor.submit("b")  # the thread here is busy or done: either way it is served
+        assert first.result(30) == ("a", os.getpid()), "the pool is still starting: run here"
+        assert second.result(60)[0] == "b"
+        deadline = time.monotonic() + 60
+        while not executor.pool_up and time.monotonic() < deadline:
+            time.sleep(0.05)
+        unit, pid = executor.submit("c").result(60)
+        assert unit == "c" and pid != os.getpid(), "once a worker is up, the work goes to the pool"
+    finally:
+        executor.shutdown()
+
+
+def test_a_pool_slow_to_start_gets_the_work_after_the_timeout():
+    executor = ProcessExecutor(SlowToStart(), 1, timeout=1.0)
+    try:
+        assert executor.submit("a").result(30) == ("a", os.getpid())
+        time.sleep(1.2)  # past the timeout, the worker still starting: the pool's watchdog's turn
+        unit, pid = executor.submit("b").result(60)
+        assert unit == "b" and pid != os.getpid()
+    finally:
+        executor.shutdown()

@@ -61,6 +61,11 @@ class ChunkWork:
                 raise
             raise error from e
 
+    def prepare(self) -> None:
+        """Load what the operators need (a tokenizer) before the first chunk."""
+        for op in self.ops:
+            op.prepare()
+
     def where(self, chunk: Chunk, record: int | None) -> str:
         name = self.names[chunk.dataset]
         if record is not None:

@@ -127,7 +127,7 @@ class _Delivery:
         self.names, self.runner = pipeline.source.names, get_runner(opts.runner)
         lane_ops = pipeline.lane_ops()
         work, parallelism = pipeline.chunk_work()
-        self.executor = self.runner.executor(work, parallelism)
+        self.executor = self.runner.executor(work, parallelism, opts.worker_timeout)
         # chunks read ahead per lane and dataset: about three per lane in all (the mixer draws on
         # every dataset), and two per worker; none inline, where reading ahead only delays the
         # batch at hand. More read ahead at the start delays the chunks the next windows need:

@@ -45,3 +45,7 @@ class WorkOperator(Operator):
     @abstractmethod
     def work(self, unit: Any) -> Any:
         """Turn one unit into output. Must be stateless."""
+
+    def prepare(self) -> None:
+        """Load what ``work`` needs, so that the first unit does not wait for it (a worker
+        process calls this before it takes work)."""

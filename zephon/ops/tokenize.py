@@ -65,6 +65,11 @@ class Tokenize(WorkOperator):
     def tokenizer(self) -> TextTokenizer:
         return load_tokenizer(self.tokenizer_id, self.backend)
 
+    def prepare(self) -> None:
+        fast = getattr(self.tokenizer(), "fast", None)
+        if fast is not None:
+            fast.wait()  # loaded and probed: the first chunks get the fast backend
+
     def params(self) -> dict:
         return {
             "tokenizer": self.tokenizer().fingerprint,

@@ -19,7 +19,7 @@ import select
 import threading
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 
 from zephon.runners.base import Executor, InlineExecutor, Runner
 from zephon.runners.priority import PriorityGate
@@ -66,8 +66,14 @@ def _alive(pid: int) -> bool:
 
 
 def _run(unit):
+    return _call(_WORK, unit)
+
+
+def _call(work, unit):
+    """``work(unit)``; an error that could not travel back from a worker becomes its text (the
+    same wherever the unit ran)."""
     try:
-        return _WORK(unit)
+        return work(unit)
     except BaseException as e:
         try:
             pickle.loads(pickle.dumps(e))
@@ -93,26 +99,56 @@ def _context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-class ProcessExecutor(PriorityGate):
-    """A process pool fed two units per worker at a time (to hide the hand-over), most urgent first."""
+def _up() -> None:
+    """A worker's first task: it returns once the worker has started and loaded what the work
+    needs (its tokenizer, fast backend included)."""
+    prepare = getattr(_WORK, "prepare", None)
+    if prepare is not None:
+        prepare()
 
-    def __init__(self, work, parallelism: int):
+
+class ProcessExecutor(PriorityGate):
+    """A process pool fed two units per worker at a time (to hide the hand-over), most urgent first.
+
+    Until its first worker is up (a worker starts an interpreter, imports, loads the tokenizer
+    and its fast backend: about a second on a busy machine), the units run one at a time on a
+    thread of this process, which holds the work already, most urgent first, so the first
+    batches do not wait for the pool; the rest wait in the queue, not in the pool. The work is
+    stateless: where a unit runs does not change its result, nor its error. A pool not up after
+    ``timeout`` seconds gets the work anyway, and the watchdog of stuck workers reports it.
+    """
+
+    def __init__(self, work, parallelism: int, timeout: float = 600.0):
         pool = ProcessPoolExecutor(
             parallelism,
             mp_context=_context(),
             initializer=_install,
             initargs=(check_picklable(work), os.getpid()),
         )
-        super().__init__(
-            lambda unit: pool.submit(_run, unit),
-            2 * parallelism,
-            lambda: pool.shutdown(wait=False, cancel_futures=True),
-        )
+        here = ThreadPoolExecutor(1, thread_name_prefix="zephon-work-start")
+        self.pool_up, started = False, time.monotonic()
+
+        def submit(unit) -> Future:
+            if not self.pool_up and time.monotonic() - started > timeout:  # stuck starting
+                self._up(2 * parallelism)  # the pool's watchdog then says so
+            return pool.submit(_run, unit) if self.pool_up else here.submit(_call, work, unit)
+
+        def shutdown() -> None:
+            here.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown(wait=False, cancel_futures=True)
+
+        super().__init__(submit, 1, shutdown)  # one at a time here until the pool is up
+        pool.submit(_up).add_done_callback(lambda _: self._up(2 * parallelism))  # failed: up too
+
+    def _up(self, limit: int) -> None:
+        with self.ready:
+            self.pool_up, self.limit = True, limit
+            self.ready.notify()
 
 
 class ProcessRunner(Runner):
     name = "process"
     background = True
 
-    def executor(self, work, parallelism: int) -> Executor:
-        return InlineExecutor(work) if parallelism == 0 else ProcessExecutor(work, parallelism)
+    def executor(self, work, parallelism: int, timeout: float = 600.0) -> Executor:
+        return InlineExecutor(work) if parallelism == 0 else ProcessExecutor(work, parallelism, timeout)

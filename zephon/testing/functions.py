@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 
 def shout(record: dict) -> dict:
     """Upper-case the text."""
@@ -55,3 +58,17 @@ take(pipeline, 3)
 print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)), flush=True)
 time.sleep(600)
 """
+
+
+class SlowToStart:
+    """Stateless work whose worker processes take seconds to start (it unpickles slowly): it
+    answers ``(unit, the pid that ran it)``."""
+
+    def __call__(self, unit):
+        return unit, os.getpid()
+
+    def __getstate__(self):
+        return {"slow": True}  # a state, so that unpickling calls __setstate__
+
+    def __setstate__(self, state):
+        time.sleep(3)
