@@ -71,3 +71,17 @@ def test_a_pool_slow_to_start_gets_the_work_after_the_timeout():
         assert unit == "b" and pid != os.getpid()
     finally:
         executor.shutdown()
+
+
+@pytest.mark.parametrize("preset", [None, "true"])
+def test_thread_workers_keep_hugging_face_tokenizers_to_one_thread_each(monkeypatch, preset):
+    if preset is None:
+        monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    else:
+        monkeypatch.setenv("TOKENIZERS_PARALLELISM", preset)
+    executor = ThreadExecutor(lambda unit: unit, 2)
+    try:
+        assert executor.submit("a").result(10) == "a"
+    finally:
+        executor.shutdown()
+    assert os.environ["TOKENIZERS_PARALLELISM"] == (preset or "false"), "the user's own setting stands"
