@@ -130,7 +130,7 @@ class ProcessExecutor(PriorityGate):
 
         def submit(unit) -> Future:
             if not self.pool_up and time.monotonic() - started > timeout:  # stuck starting
-                self._up(2 * parallelism)  # the pool's watchdog then says so
+                self._open(2 * parallelism)  # the pool's watchdog then says so
             return pool.submit(_run, unit) if self.pool_up else here.submit(_call, work, unit)
 
         def shutdown() -> None:
@@ -138,9 +138,10 @@ class ProcessExecutor(PriorityGate):
             pool.shutdown(wait=False, cancel_futures=True)
 
         super().__init__(submit, 1, shutdown)  # one at a time here until the pool is up
-        pool.submit(_up).add_done_callback(lambda _: self._up(2 * parallelism))  # failed: up too
+        pool.submit(_up).add_done_callback(lambda _: self._open(2 * parallelism))  # failed: up too
 
-    def _up(self, limit: int) -> None:
+    def _open(self, limit: int) -> None:
+        """The pool is up (or will never be): it takes the work, ``limit`` units at a time."""
         with self.ready:
             self.pool_up, self.limit = True, limit
             self.ready.notify()
