@@ -47,7 +47,7 @@ def test_a_unit_waited_for_runs_before_everything_queued(hurried):
 
 
 def test_until_a_worker_process_is_up_units_run_in_this_process():
-    executor = ProcessExecutor(SlowToStart(), 2)
+    executor = ProcessExecutor(SlowToStart(), 2, timeout=600.0)
     try:
         first = executor.submit("a")
         second = executor.submit("b")  # the thread here is busy or done: either way it is served

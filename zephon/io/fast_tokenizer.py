@@ -137,16 +137,15 @@ class FastBackend:
         self.reference = reference
         self.attached.set()
 
-    def wait(self) -> bool:
-        """Whether it is on, once loaded and probed."""
-        self.ready.wait()
-        return self.on
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether it is on, once loaded and probed (False if not loaded within ``timeout``)."""
+        return self.ready.wait(timeout) and self.on
 
     def encode_flat(self, texts: list[str]):
         """(ids uint32, offsets int64 [n + 1]) or None where the reference must be used."""
         if not self.ready.is_set() and sum(map(len, texts)) <= self.small:
             return None  # the reference is done with these before the loading would be
-        if not self.ready.wait(self.patience) or not self.on:
+        if not self.wait(self.patience):
             return None
         ids, offsets = _flat(self.fast, texts)
         with self.lock:

@@ -68,7 +68,7 @@ class Tokenize(WorkOperator):
     def prepare(self) -> None:
         fast = getattr(self.tokenizer(), "fast", None)
         if fast is not None:  # loaded and probed: the first chunks get the fast backend
-            fast.ready.wait(fast.patience)  # (as long as a chunk would wait for it)
+            fast.wait(fast.patience)  # (as long as a chunk would wait for it)
 
     def params(self) -> dict:
         return {

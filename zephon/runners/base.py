@@ -44,5 +44,5 @@ class Runner(ABC):
     background: bool  # whether lanes are driven ahead of the consumer in background threads
 
     @abstractmethod
-    def executor(self, work: Callable[[Any], Any], parallelism: int, timeout: float = 600.0) -> Executor:
+    def executor(self, work: Callable[[Any], Any], parallelism: int, timeout: float) -> Executor:
         """``timeout``: the seconds a worker may take (the option ``worker_timeout``)."""

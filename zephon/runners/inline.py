@@ -9,5 +9,5 @@ class InlineRunner(Runner):
     name = "inline"
     background = False
 
-    def executor(self, work, parallelism: int, timeout: float = 600.0) -> Executor:
+    def executor(self, work, parallelism: int, timeout: float) -> Executor:
         return InlineExecutor(work)

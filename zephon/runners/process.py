@@ -118,7 +118,7 @@ class ProcessExecutor(PriorityGate):
     ``timeout`` seconds gets the work anyway, and the watchdog of stuck workers reports it.
     """
 
-    def __init__(self, work, parallelism: int, timeout: float = 600.0):
+    def __init__(self, work, parallelism: int, timeout: float):
         pool = ProcessPoolExecutor(
             parallelism,
             mp_context=_context(),
@@ -126,11 +126,11 @@ class ProcessExecutor(PriorityGate):
             initargs=(check_picklable(work), os.getpid()),
         )
         here = ThreadPoolExecutor(1, thread_name_prefix="zephon-work-start")
-        self.pool_up, started = False, time.monotonic()
+        self.pool_up, started, limit = False, time.monotonic(), 2 * parallelism
 
         def submit(unit) -> Future:
             if not self.pool_up and time.monotonic() - started > timeout:  # stuck starting
-                self._open(2 * parallelism)  # the pool's watchdog then says so
+                self._open(limit)  # the pool's watchdog then says so
             return pool.submit(_run, unit) if self.pool_up else here.submit(_call, work, unit)
 
         def shutdown() -> None:
@@ -138,7 +138,7 @@ class ProcessExecutor(PriorityGate):
             pool.shutdown(wait=False, cancel_futures=True)
 
         super().__init__(submit, 1, shutdown)  # one at a time here until the pool is up
-        pool.submit(_up).add_done_callback(lambda _: self._open(2 * parallelism))  # failed: up too
+        pool.submit(_up).add_done_callback(lambda _: self._open(limit))  # failed: up too
 
     def _open(self, limit: int) -> None:
         """The pool is up (or will never be): it takes the work, ``limit`` units at a time."""
@@ -151,5 +151,5 @@ class ProcessRunner(Runner):
     name = "process"
     background = True
 
-    def executor(self, work, parallelism: int, timeout: float = 600.0) -> Executor:
+    def executor(self, work, parallelism: int, timeout: float) -> Executor:
         return InlineExecutor(work) if parallelism == 0 else ProcessExecutor(work, parallelism, timeout)

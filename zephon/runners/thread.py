@@ -31,7 +31,7 @@ class ThreadRunner(Runner):
     name = "thread"
     background = True
 
-    def executor(self, work, parallelism: int, timeout: float = 600.0) -> Executor:
+    def executor(self, work, parallelism: int, timeout: float) -> Executor:
         return InlineExecutor(work) if parallelism == 0 else ThreadExecutor(work, parallelism)
 
 
