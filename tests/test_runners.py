@@ -3,15 +3,19 @@ process runner's start."""
 
 from __future__ import annotations
 
+import errno
 import os
+import pickle
 import threading
 import time
 
+import numpy as np
 import pytest
 
+from zephon.runners import handover
 from zephon.runners.process import ProcessExecutor
 from zephon.runners.thread import ThreadExecutor
-from zephon.testing.functions import SlowToStart
+from zephon.testing.functions import SlowToStart, counting_to
 
 
 @pytest.mark.parametrize("hurried", [None, "c", "a"])
@@ -85,3 +89,47 @@ def test_thread_workers_keep_hugging_face_tokenizers_to_one_thread_each(monkeypa
     finally:
         executor.shutdown()
     assert os.environ["TOKENIZERS_PARALLELISM"] == (preset or "false"), "the user's own setting stands"
+
+
+def test_large_results_come_back_through_shared_memory_and_leave_nothing_there(tmp_path):
+    executor = ProcessExecutor(counting_to, 2, timeout=600.0, shared_memory=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 60
+        while not executor.pool_up and time.monotonic() < deadline:
+            time.sleep(0.05)  # the first units would run in this process
+        futures = {n: executor.submit(n) for n in (10, 100_000, 300_000, 100_000)}
+        for n, future in futures.items():
+            out = future.result(60)
+            assert np.array_equal(out, np.arange(n)) and out.flags.writeable
+            # large: a view of the buffer read from the file; small: of the bytes from the pipe
+            assert isinstance(out.base, np.ndarray) == (n >= 100_000), type(out.base)
+    finally:
+        executor.shutdown()
+    assert list(tmp_path.iterdir()) == [], "every file is removed once read"
+
+
+def test_without_room_in_shared_memory_a_result_goes_through_the_pipe(tmp_path, monkeypatch):
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    result = {"ids": np.arange(50_000), "name": "chunk"}
+    shipped = handover.ship(result, handover.prefix(str(tmp_path)))
+    assert shipped is result and list(tmp_path.iterdir()) == []
+
+
+def test_a_shipped_result_is_read_once_and_its_file_removed(tmp_path):
+    result = {"ids": np.arange(50_000, dtype=np.int32), "patches": np.ones((7, 768), np.uint8), "n": 3}
+    shipped = handover.ship(result, handover.prefix(str(tmp_path)))
+    assert shipped is not result and len(list(tmp_path.iterdir())) == 1
+    back = pickle.loads(pickle.dumps(shipped))
+    assert back["n"] == 3 and list(tmp_path.iterdir()) == []
+    for key in ("ids", "patches"):
+        assert back[key].dtype == result[key].dtype and np.array_equal(back[key], result[key])
+        assert back[key].ctypes.data % 64 == 0
+    assert handover.ship(result, None) is result, "no shared memory: as it is"
+    handover.ship(result, handover.prefix(str(tmp_path)))  # never received (its reader died)
+    handover.remove_all(handover.prefix(str(tmp_path)))
+    assert len(list(tmp_path.iterdir())) == 1, "another pool's files stay"
+    handover.remove_all(str(next(tmp_path.iterdir()))[:-32])
+    assert list(tmp_path.iterdir()) == []

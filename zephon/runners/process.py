@@ -7,7 +7,8 @@ heavy state such as a tokenizer is loaded once per worker. Workers are started w
 Workers end when the process that made the pool ends, however it ends (a watcher thread in each
 worker waits on it), so a killed training process leaves no worker behind; the fork server goes
 with its last worker. An error a worker raises reaches the caller even when it cannot travel
-between processes as it is (then as a RuntimeError carrying its text).
+between processes as it is (then as a RuntimeError carrying its text). Large results come back
+through shared memory (``zephon.runners.handover``), not the pool's pipe.
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ import time
 import traceback
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 
+from zephon.runners import handover
 from zephon.runners.base import Executor, InlineExecutor, Runner
 from zephon.runners.priority import PriorityGate
 
 _WORK = None  # the work function of this worker process
+_SHIP = None  # where this worker puts large results for the pool's owner (handover.prefix)
 
 
-def _install(payload: bytes, owner: int) -> None:
-    global _WORK
+def _install(payload: bytes, owner: int, ship: str | None) -> None:
+    global _WORK, _SHIP
+    _SHIP = ship
     _end_with(owner)
     # one thread per worker in the tokenizers' own pools: the runner's parallelism is the knob
     for name in ("FASTOKENS_BPE_THREADS", "RAYON_NUM_THREADS"):
@@ -50,6 +54,7 @@ def _end_with(owner: int) -> None:
         else:
             while _alive(owner):
                 time.sleep(1.0)
+        handover.remove_all(_SHIP)  # results the owner will never read
         os._exit(1)
 
     threading.Thread(target=watch, name="zephon-owner-watch", daemon=True).start()
@@ -66,7 +71,7 @@ def _alive(pid: int) -> bool:
 
 
 def _run(unit):
-    return _call(_WORK, unit)
+    return handover.ship(_call(_WORK, unit), _SHIP)
 
 
 def _call(work, unit):
@@ -116,14 +121,17 @@ class ProcessExecutor(PriorityGate):
     batches do not wait for the pool; the rest wait in the queue, not in the pool. The work is
     stateless: where a unit runs does not change its result, nor its error. A pool not up after
     ``timeout`` seconds gets the work anyway, and the watchdog of stuck workers reports it.
+    ``shared_memory``: the folder in memory through which large results come back (None: all
+    through the pool's pipe).
     """
 
-    def __init__(self, work, parallelism: int, timeout: float):
+    def __init__(self, work, parallelism: int, timeout: float, shared_memory: str | None = handover.SHM):
+        ship = handover.prefix(shared_memory) if shared_memory else None
         pool = ProcessPoolExecutor(
             parallelism,
             mp_context=_context(),
             initializer=_install,
-            initargs=(check_picklable(work), os.getpid()),
+            initargs=(check_picklable(work), os.getpid(), ship),
         )
         here = ThreadPoolExecutor(1, thread_name_prefix="zephon-work-start")
         self.pool_up, started, limit = False, time.monotonic(), 2 * parallelism
@@ -137,8 +145,18 @@ class ProcessExecutor(PriorityGate):
             here.shutdown(wait=False, cancel_futures=True)
             pool.shutdown(wait=False, cancel_futures=True)
 
+        self.pool, self.ship = pool, ship
         super().__init__(submit, 1, shutdown)  # one at a time here until the pool is up
         pool.submit(_up).add_done_callback(lambda _: self._open(limit))  # failed: up too
+
+    def _feed(self) -> None:
+        super()._feed()
+        # closed: once the units at work are back (received, their files removed), the files of
+        # a worker that died. Here, on the feeder's way out: a shutdown may come from a finalizer,
+        # where starting a thread can deadlock
+        if self.ship is not None:
+            self.pool.shutdown(wait=True)
+            handover.remove_all(self.ship)
 
     def _open(self, limit: int) -> None:
         """The pool is up (or will never be): it takes the work, ``limit`` units at a time."""
