@@ -134,3 +134,13 @@ def test_a_broken_tokenizer_file_is_named_and_its_fast_loading_ends(fresh_tokeni
     for t in loading:
         t.join(30)
     assert not any(t.is_alive() for t in loading), "the fast backend's loading must not wait forever"
+
+
+def test_the_tokenizers_backend_does_not_load_fastokens_at_all(fresh_tokenizers, gpt2, monkeypatch):
+    loads = []
+    monkeypatch.setattr(fast_tokenizer, "load", lambda raw: loads.append(len(raw)))
+    tok = load_tokenizer(gpt2, backend="tokenizers")
+    assert tok.backend_name == "tokenizers" and tok.fast is None
+    assert loads == [], "a worker's start would spend a third of a second of CPU on it for nothing"
+    load_tokenizer(gpt2)
+    assert len(loads) == 1

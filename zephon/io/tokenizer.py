@@ -59,14 +59,16 @@ class TextTokenizer(ABC):
 
 
 class HFTokenizer(TextTokenizer):
-    """A Hugging Face ``tokenizers`` tokenizer from a ``tokenizer.json``."""
+    """A Hugging Face ``tokenizers`` tokenizer from a ``tokenizer.json``; ``fast``: encode with
+    ``fastokens`` where it is verified exact (False: not even loaded)."""
 
-    def __init__(self, tokenizer_id: str, tokenizer_json: str, config_json: str | None):
+    def __init__(self, tokenizer_id: str, tokenizer_json: str, config_json: str | None, fast: bool = True):
         from tokenizers import Tokenizer
 
         with open(tokenizer_json, "rb") as f:
             raw = f.read()
-        self.fast = fast_tokenizer.load(raw)  # same ids, not in the fingerprint; loads meanwhile
+        # same ids, so not in the fingerprint; it loads meanwhile, on a core of its own
+        self.fast = fast_tokenizer.load(raw) if fast else None
         self.tokenizer_id, self.backend = tokenizer_id, None
         try:
             self.backend = Tokenizer.from_str(raw.decode("utf-8"))
@@ -172,14 +174,12 @@ def load_tokenizer(tokenizer_id: str, backend: str = "auto") -> TextTokenizer:
         raise ValueError(f"tokenizer backend {backend!r}: expected one of {BACKENDS}")
     with _LOCK:
         if (tokenizer_id, backend) not in _LOADED:
-            tokenizer = _load(tokenizer_id)
-            if backend == "tokenizers" and isinstance(tokenizer, HFTokenizer):
-                tokenizer.fast = None
+            tokenizer = _load(tokenizer_id, fast=backend == "auto")
             _LOADED[tokenizer_id, backend] = tokenizer
         return _LOADED[tokenizer_id, backend]
 
 
-def _load(tokenizer_id: str) -> TextTokenizer:
+def _load(tokenizer_id: str, fast: bool) -> TextTokenizer:
     if tokenizer_id.startswith("tiktoken:"):
         return TiktokenTokenizer(tokenizer_id, tokenizer_id.removeprefix("tiktoken:"))
     path = os.path.expanduser(tokenizer_id)
@@ -187,9 +187,10 @@ def _load(tokenizer_id: str) -> TextTokenizer:
         file = os.path.join(path, "tokenizer.json")
         if not os.path.isfile(file):
             raise ValueError(f"tokenizer folder {tokenizer_id} has no tokenizer.json")
-        return HFTokenizer(tokenizer_id, file, os.path.join(path, "tokenizer_config.json"))
+        return HFTokenizer(tokenizer_id, file, os.path.join(path, "tokenizer_config.json"), fast)
     if os.path.isfile(path):
-        return HFTokenizer(tokenizer_id, path, os.path.join(os.path.dirname(path), "tokenizer_config.json"))
+        config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
+        return HFTokenizer(tokenizer_id, path, config, fast)
     if _is_tiktoken_name(tokenizer_id):
         return TiktokenTokenizer(tokenizer_id, tokenizer_id)
     if tokenizer_id.startswith((".", "/", "~")) or tokenizer_id.endswith(".json"):
@@ -197,7 +198,7 @@ def _load(tokenizer_id: str) -> TextTokenizer:
             f"tokenizer {tokenizer_id!r} not found: give a tokenizer.json file or its folder, a "
             "Hugging Face repo id ORG/NAME, or a tiktoken encoding (tiktoken:NAME)"
         )
-    return _from_hub(tokenizer_id)
+    return _from_hub(tokenizer_id, fast)
 
 
 def _is_tiktoken_name(name: str) -> bool:
@@ -208,7 +209,7 @@ def _is_tiktoken_name(name: str) -> bool:
     return name in tiktoken.list_encoding_names()
 
 
-def _from_hub(tokenizer_id: str) -> TextTokenizer:
+def _from_hub(tokenizer_id: str, fast: bool) -> TextTokenizer:
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import (
         LocalEntryNotFoundError,
@@ -245,4 +246,4 @@ def _from_hub(tokenizer_id: str) -> TextTokenizer:
         config_json = fetch("tokenizer_config.json")
     except Exception:  # optional: special tokens then come from the vocabulary's usual names
         config_json = None
-    return HFTokenizer(tokenizer_id, tokenizer_json, config_json)
+    return HFTokenizer(tokenizer_id, tokenizer_json, config_json, fast)
