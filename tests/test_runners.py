@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import os
 import pickle
+import subprocess
+import sys
 import threading
 import time
 
@@ -132,4 +134,16 @@ def test_a_shipped_result_is_read_once_and_its_file_removed(tmp_path):
     handover.remove_all(handover.prefix(str(tmp_path)))
     assert len(list(tmp_path.iterdir())) == 1, "another pool's files stay"
     handover.remove_all(str(next(tmp_path.iterdir()))[:-32])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_results_never_received_are_removed_when_the_owner_exits(tmp_path):
+    # a worker's result sent as the owner exits: its pools' manager threads read no more
+    script = (
+        "import sys, numpy as np\n"
+        "from zephon.runners import handover\n"
+        "handover.ship({'ids': np.arange(100_000)}, handover.prefix(sys.argv[1]))\n"
+        "assert len(__import__('os').listdir(sys.argv[1])) == 1\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, timeout=120)
     assert list(tmp_path.iterdir()) == []

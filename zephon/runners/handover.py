@@ -11,11 +11,14 @@ Files live only between a worker's write and the receiving read, so ``/dev/shm``
 the results in flight. Space is reserved before writing (a full ``/dev/shm``, e.g. a container's
 64 MiB default, is an error the worker sees, not a crash); where the space or the folder is not
 there, the result goes through the pipe as before. Files left by a worker that died, or by an
-owner process that died (its workers remove them as they exit), are removed by prefix.
+owner process that died (its workers remove them as they exit), or sent as the owner exited
+(its pools' manager threads stop reading), are removed by prefix: when a pool has shut down, and
+when the owner's interpreter exits (after its pools' workers are joined).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import os
@@ -27,13 +30,16 @@ import numpy as np
 SHM = "/dev/shm"
 SHIP_BYTES = 64 << 10  # below this the pipe is as quick
 _ALIGN = 64  # each array starts on a cache line, as a fresh allocation would
+_PREFIXES: set[str] = set()  # of this process's pools, not yet cleaned up
 
 
 def prefix(folder: str = SHM) -> str | None:
     """A new prefix for one pool's files in ``folder``, or None where there is no such memory."""
     if not (os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)):
         return None
-    return os.path.join(folder, f"zephon-{os.getpid()}-{uuid.uuid4().hex[:12]}-")
+    name = os.path.join(folder, f"zephon-{os.getpid()}-{uuid.uuid4().hex[:12]}-")
+    _PREFIXES.add(name)
+    return name
 
 
 def ship(result, prefix: str | None):
@@ -104,6 +110,13 @@ def remove_all(prefix: str | None) -> None:
     if prefix is not None:
         for path in glob.glob(glob.escape(prefix) + "*"):
             _remove(path)
+        _PREFIXES.discard(prefix)
+
+
+@atexit.register  # runs after threading's exit hooks, where concurrent.futures joins the workers
+def _remove_at_exit() -> None:
+    for prefix in list(_PREFIXES):
+        remove_all(prefix)
 
 
 def _remove(path: str) -> None:
