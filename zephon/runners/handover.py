@@ -92,16 +92,15 @@ class _Shipment:
 def receive(path: str, payload: bytes, places: list[tuple[int, int]], size: int):
     """The result a worker shipped: its arrays read from ``path`` (then removed)."""
     data = np.empty(size + _ALIGN, np.uint8)
-    data = data[-data.ctypes.data % _ALIGN :][:size]
+    view = memoryview(data[-data.ctypes.data % _ALIGN :][:size])
     with open(path, "rb", buffering=0) as f:
         os.unlink(path)
-        done, view = 0, memoryview(data)
+        done = 0
         while done < size:
             n = f.readinto(view[done:])
             if not n:
                 raise RuntimeError(f"{path}: a worker's result ended early ({done} of {size} bytes)")
             done += n
-    view = memoryview(data)
     return pickle.loads(payload, buffers=[view[at : at + n] for at, n in places])
 
 
