@@ -211,7 +211,7 @@ def test_runs_take_exactly_the_pieces_the_rule_takes_one_by_one(unit, seed):
         return out
 
     shares = list(rng.dirichlet(np.ones(n)))
-    row_len = int(rng.choice([7, 64, 129, 1025]))  # 1025: runs longer than SCALAR_RUN, on arrays
+    row_len = int(rng.choice([7, 64, 129, 1025]))  # 1025: runs of tens of documents
 
     def stream(runs: bool) -> tuple[list[int], list[int]]:
         mixer, tokens, filled = _mixer(streams(), shares, unit=unit), [], 0
@@ -227,10 +227,27 @@ def test_runs_take_exactly_the_pieces_the_rule_takes_one_by_one(unit, seed):
 
 
 @pytest.mark.parametrize("unit", ["tokens", "records"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_runs_break_ties_as_the_rule_does(unit, n):
+    # equal shares and documents of equal length: keys tie all the time, and a tie goes to the
+    # lower index, inside a run as in a single take
+    streams = lambda: [_chunks(d, [[4] * 40] * 3, first_token=1 + 1000 * d) for d in range(n)]  # noqa: E731
+
+    def stream(runs: bool) -> list[int]:
+        mixer, tokens, filled = _mixer(streams(), [1 / n] * n, unit=unit), [], 0
+        while (piece := mixer.take(64 - filled % 64, runs=runs)) is not None:
+            tokens += piece.docs.tokens[piece.start : piece.stop].tolist()
+            filled += len(piece)
+        return tokens + mixer.state.used
+
+    assert stream(runs=True) == stream(runs=False)
+
+
+@pytest.mark.parametrize("unit", ["tokens", "records"])
 @pytest.mark.parametrize("seed", range(4))
-def test_long_runs_looked_at_on_arrays_take_what_the_rule_takes_one_by_one(unit, seed, monkeypatch):
+def test_long_runs_take_what_the_rule_takes_one_by_one(unit, seed):
     # a dataset of one- and two-token documents next to one of long ones: runs of hundreds of
-    # documents, past what the mixer looks at one by one (counted: the array path is taken)
+    # documents, where the search for a run's end gallops far (counted: such runs are taken)
     rng = np.random.default_rng(seed)
     streams = lambda: [  # noqa: E731
         _chunks(0, [list(rng_docs.integers(1, 3, 600)) for _ in range(6)]),
@@ -238,12 +255,10 @@ def test_long_runs_looked_at_on_arrays_take_what_the_rule_takes_one_by_one(unit,
     ]
     shares = [float(rng.uniform(0.98, 0.995)), 0.0]
     shares[1] = 1 - shares[0]
-    arrays = []
-    real = Mixer._run_length
-    monkeypatch.setattr(Mixer, "_run_length", lambda self, *a: arrays.append(1) or real(self, *a))
+    longest = 0
 
     def stream(runs: bool) -> list[int]:
-        nonlocal rng_docs
+        nonlocal rng_docs, longest
         rng_docs = np.random.default_rng(seed + 7)
         mixer, tokens, filled = _mixer(streams(), shares, unit=unit), [], 0
         while True:
@@ -252,7 +267,9 @@ def test_long_runs_looked_at_on_arrays_take_what_the_rule_takes_one_by_one(unit,
                 return tokens + mixer.state.used
             tokens += piece.docs.tokens[piece.start : piece.stop].tolist()
             filled += len(piece)
+            docs = np.searchsorted(piece.docs.offsets, piece.stop) - piece.doc
+            longest = max(longest, int(docs)) if runs else longest
 
     rng_docs = None
     assert stream(runs=True) == stream(runs=False)
-    assert arrays
+    assert longest >= (600 if unit == "tokens" else 50)  # a whole chunk; shares of 49:1 and more

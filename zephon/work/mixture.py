@@ -144,9 +144,6 @@ class Piece:
         return self.stop - self.start
 
 
-RUN = 512  # documents a run may look ahead at once
-SCALAR_RUN = 48  # documents a run looks at one by one before it looks on arrays (less overhead)
-
 # fetch(dataset, chunk number, first record) -> that chunk of the lane, tokenized from that record
 # on (waits for the workers), or None past the end of a dataset that stops
 Fetch = Callable[[int, int, int], Any]
@@ -231,72 +228,54 @@ class Mixer:
 
     def _run_stop(self, piece: Piece, limit: int) -> int:
         """Where the rule, piece by piece, would stop taking the documents after ``piece`` from
-        its dataset: the same comparisons as :func:`pick`, on arrays."""
-        docs, bounds = piece.docs, self.bounds[piece.dataset]  # piece.docs is heads[d] still
+        its dataset. Whether it takes the ``j``-th of them is a prefix property: the key of ``d``
+        only grows with ``j`` (each document adds its tokens before the next one's half), the
+        others' keys only shrink (the room left for their next piece shrinks), so the documents
+        it takes are the first ``k``, and ``k`` is found by galloping, then bisecting, over the
+        same comparisons as :func:`pick`: a few of them, where one by one took ``k``."""
+        bounds = self.bounds[piece.dataset]
         first = piece.doc + 1
-        look = SCALAR_RUN
-        k = self._run_scalar(piece, limit, first, min(len(docs), first + look))
-        while k == look and first + look < len(docs) and look < RUN:  # a long run: on arrays
-            look *= 8
-            k = self._run_length(piece, limit, first, min(len(docs), first + look))
-        if k == 0:
+        n = len(bounds) - 1 - first  # documents after the piece's, in its chunk
+        takes = self._run_rule(piece, limit, first)
+        if n <= 0 or not takes(0):
             return piece.stop
-        return min(bounds[first + k], piece.start + limit)  # the last one cut where the room ends
+        lo, hi, step = 0, 1, 1  # takes(lo); the first document it does not take is in (lo, hi]
+        while hi < n and takes(hi):
+            lo, step = hi, step * 2
+            hi = lo + step
+        hi = min(hi, n)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if takes(mid) else (lo, mid)
+        return min(bounds[first + hi], piece.start + limit)  # the last one cut where the room ends
 
-    def _run_scalar(self, piece: Piece, limit: int, first: int, last: int) -> int:
-        """:meth:`_run_length` for a few documents, one by one: cheaper than arrays for short runs."""
-        d = piece.dataset
-        offsets = self.bounds[d][first : last + 1]
+    def _run_rule(self, piece: Piece, limit: int, first: int) -> Callable[[int], bool]:
+        """Whether the rule would take document ``first + j`` of ``piece``'s chunk (as a piece of
+        at most the room left) right after the ``j`` before it, by the comparisons of :func:`pick`."""
+        d, tokens, bounds = piece.dataset, self.unit == "tokens", self.bounds[piece.dataset]
         others = [
-            (
-                e,
-                self.used[e],
-                self._remaining(e) if self.unit == "tokens" else (self.offsets[e] == 0) / 2,
-                share,
-            )
+            (e < d, self.used[e], self._remaining(e) if tokens else (self.offsets[e] == 0) / 2, share)
             for e, share in enumerate(self.shares)
             if e != d
         ]
-        used, share, begun = self.used[d], self.shares[d], self.offsets[d] == 0
-        for j in range(last - first):
-            before = offsets[j] - piece.start
+        used, share, begun, start = self.used[d], self.shares[d], self.offsets[d] == 0, piece.start
+
+        def takes(j: int) -> bool:
+            before = bounds[first + j] - start
             space = limit - before
             if space <= 0:
-                return j
-            if self.unit == "tokens":
-                mine = (used + before + min(offsets[j + 1] - offsets[j], space) / 2) / share
+                return False
+            if tokens:
+                mine = (used + before + min(bounds[first + j + 1] - bounds[first + j], space) / 2) / share
             else:
                 mine = (used + begun + j + 0.5) / share
-            for e, u, rem, s in others:
-                theirs = (u + min(rem, space) / 2) / s if self.unit == "tokens" else (u + rem) / s
-                if mine > theirs or (mine == theirs and e < d):
-                    return j
-        return last - first
+            for lower, u, rem, s in others:
+                theirs = (u + min(rem, space) / 2) / s if tokens else (u + rem) / s
+                if mine > theirs or (mine == theirs and lower):
+                    return False
+            return True
 
-    def _run_length(self, piece: Piece, limit: int, first: int, last: int) -> int:
-        """How many of documents ``first..last-1`` the run takes (the last may be cut)."""
-        d, docs = piece.dataset, piece.docs
-        if first >= last:
-            return 0
-        starts = docs.offsets[first:last]
-        before = starts - piece.start  # tokens of the run before each later document
-        space = limit - before
-        size = np.minimum(docs.offsets[first + 1 : last + 1] - starts, space)  # a cut where the room ends
-        if self.unit == "tokens":
-            mine = (self.used[d] + before + size / 2) / self.shares[d]
-        else:  # documents: every later one begins a document
-            begun = (self.offsets[d] == 0) + np.arange(last - first)
-            mine = (self.used[d] + begun + 0.5) / self.shares[d]
-        wins = space > 0
-        for e, share in enumerate(self.shares):
-            if e == d:
-                continue
-            if self.unit == "tokens":
-                theirs = (self.used[e] + np.minimum(self._remaining(e), space) / 2) / share
-            else:
-                theirs = (self.used[e] + (self.offsets[e] == 0) / 2) / share
-            wins &= (mine < theirs) if e < d else (mine <= theirs)  # ties go to the lower index
-        return len(wins) if wins.all() else int(np.argmin(wins))
+        return takes
 
     def _cut(self, d: int, limit: int, runs: bool) -> Piece:
         docs, bounds, doc = self.heads[d], self.bounds[d], self.docs[d]
