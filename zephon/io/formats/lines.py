@@ -106,9 +106,10 @@ class JsonLinesFormat(_LineFormat):
             if end != len(line) or type(record) is not dict:
                 return None
             if columns is not None:
-                if any(c not in record for c in columns):
+                try:
+                    record = {c: record[c] for c in columns}
+                except KeyError:
                     return None
-                record = {c: record[c] for c in columns}
             records.append(record)
         return records
 
