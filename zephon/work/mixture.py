@@ -236,8 +236,10 @@ class Mixer:
         bounds = self.bounds[piece.dataset]
         first = piece.doc + 1
         n = len(bounds) - 1 - first  # documents after the piece's, in its chunk
+        if n <= 0:
+            return piece.stop
         takes = self._run_rule(piece, limit, first)
-        if n <= 0 or not takes(0):
+        if not takes(0):
             return piece.stop
         lo, hi, step = 0, 1, 1  # takes(lo); the first document it does not take is in (lo, hi]
         while hi < n and takes(hi):
