@@ -5,8 +5,13 @@ an immutable recipe. ``state_dict()`` is what was delivered, never what prefetch
 
 Iterating a run yields this rank's batches round-robin over its lanes, from where delivery
 stopped: the start, a loaded checkpoint, or the last batch an earlier iteration delivered. A new
-``iter()`` stops the background work of the previous one, whose iterator then ends; both never
-deliver the same batch.
+``iter()`` (or ``close()``) stops the background work of the previous iteration, whose iterator then
+raises rather than end as if the data had: both never deliver the same batch, and no loop stops
+early without a word.
+
+An iterator holds its run, so a run is never finalized while anything iterates it (``for b in
+make_pipeline()`` holds nothing else). A dropped run's background work is stopped by the reaper
+thread (``zephon.runners.reaper``), never in a finalizer, which must not block.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from zephon.fingerprint import check_restore
 from zephon.lanes import ChunkStreams, lane_batches
 from zephon.ops.containers import sum_counters
 from zephon.runners import LaneDriver, get_runner
+from zephon.runners.reaper import close_when_dropped
 from zephon.state import VERSION, LaneState, check_version
 from zephon.work import LanePlan
 
@@ -36,6 +42,7 @@ class Run:
         self._loaded = lanes is not None
         self._plan: LanePlan | None = None
         self._delivery: _Delivery | None = None
+        self._finalizer = None
 
     @property
     def holds_state(self) -> bool:
@@ -57,18 +64,17 @@ class Run:
         self.close()
         if self._plan is None:
             self._plan = self.pipeline.plan()
-        self._delivery = _Delivery(self.pipeline, self._plan, self.lane_states())
-        return iter(self._delivery)
+        delivery = _Delivery(self.pipeline, self._plan, self.lane_states())
+        self._delivery, self._finalizer = delivery, close_when_dropped(self, delivery.close)
+        return _Iterator(self, delivery)
 
     def close(self) -> None:
-        """Stops the background work; the state stays where delivery stopped."""
+        """Stops the background work; the state stays where delivery stopped. An iterator of
+        this run raises from now on; ``iter()`` again continues from the state."""
         if self._delivery is not None:
+            self._finalizer.detach()
             self._delivery.close()
             self._delivery = None
-
-    def __del__(self):
-        if getattr(self, "_delivery", None) is not None:
-            self.close()
 
     # -- state ------------------------------------------------------------------------------
 
@@ -161,17 +167,22 @@ class _Delivery:
         # Round-robin over the lanes, in the form that survives a restore mid-round: next is
         # the lane with the lowest (next index, lane number).
         active = set(self.streams)
-        while active and not self.closed:  # a closed delivery gives nothing more: a new one owns the state
+        while active:
             lane = min(active, key=lambda lane: (self.states[lane].index, lane))
-            try:
-                batch, window, delivered, mix = next(self.streams[lane])
-            except StopIteration:
-                active.remove(lane)
-                continue
+            if not self.closed:
+                try:
+                    batch, window, delivered, mix = next(self.streams[lane])
+                except StopIteration:
+                    if not self.closed:
+                        active.remove(lane)
+                        continue
+            if self.closed:  # a closed delivery gives nothing more: a new one owns the state
+                raise RuntimeError(
+                    "this iterator's run was closed (close(), or a new iter() of the same pipeline or "
+                    "run, which continues from where this one stopped): iterate that one instead"
+                )
             self._delivered(batch, window, delivered, mix)
             yield batch
-        if self.closed:
-            return
         self.close()  # every lane ended: the workers go now, not when the pipeline is dropped
         if not any(state.index for state in self.states.values()):
             raise ValueError(
@@ -189,12 +200,28 @@ class _Delivery:
         state.counters = sum_counters([state.counters, batch.counters])
 
     def close(self) -> None:
+        if self.closed:
+            return
         self.closed = True
         if self.driver is not None:
             self.driver.close()
         for stream in self.streams.values():
             getattr(stream, "close", lambda: None)()
         self.executor.shutdown()
+
+
+class _Iterator:
+    """A run's batches, from one delivery. It holds the run, so that nothing finalizes a run
+    while it is iterated."""
+
+    def __init__(self, run: Run, delivery: _Delivery):
+        self.run, self.batches = run, iter(delivery)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self
+
+    def __next__(self) -> Batch:
+        return next(self.batches)
 
 
 class _Driven:

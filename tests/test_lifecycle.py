@@ -1,0 +1,119 @@
+"""A run's life: iterators hold their run, finalizers never block nor end an iteration, and an
+iterator whose run was closed says so instead of ending as if the data had."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import pytest
+
+from zephon import Dataset, Pipeline
+from zephon.run import _Delivery
+
+RUNNERS = ["inline", "thread", "process"]
+
+
+def _stopping(corpus: str, gpt2: str, runner: str):
+    """An iterator of a pipeline that ends, and nothing else holds the pipeline."""
+    ds = Dataset.from_path("synthetic", corpus, exhausted="stop")
+    pipeline = (
+        Pipeline(ds)
+        .options(num_lanes=4, chunk_bytes=8192, runner=runner)
+        .tokenize(gpt2, parallelism=2)
+        .pack_flat(max_length=64)
+        .shuffle(buffer_size=8, seed=3)
+        .batch(microbatch_size=2)
+    )
+    return iter(pipeline)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_pipeline_nobody_holds_gives_every_batch_through_garbage_collections(corpus, gpt2, runner):
+    reference = [b.digest() for b in _stopping(corpus, gpt2, runner)]
+    seen = []
+    for batch in _stopping(corpus, gpt2, runner):  # nothing but the loop holds the pipeline
+        gc.collect()  # a run finalized here would end the loop early
+        seen.append(batch.digest())
+    assert len(reference) > 100
+    assert seen == reference
+
+
+def test_a_dropped_runs_work_is_stopped_on_the_reaper_thread_not_in_its_finalizer(make_rank, monkeypatch):
+    closed_on = []
+    close = _Delivery.close
+
+    def recording(self):
+        closed_on.append(threading.current_thread().name)
+        close(self)
+
+    monkeypatch.setattr(_Delivery, "close", recording)
+    pipeline = make_rank(1, 0, runner="thread")
+    next(iter(pipeline))
+    del pipeline
+    gc.collect()  # the pipeline and its run hold each other: only the collector frees them
+    deadline = time.monotonic() + 10
+    while not closed_on and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert closed_on == ["zephon-reaper"]
+    deadline = time.monotonic() + 10
+    while _zephon_threads() - {"zephon-reaper"} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _zephon_threads() - {"zephon-reaper"} == set(), "the dropped run's threads ended"
+
+
+def _zephon_threads() -> set[str]:
+    return {t.name.split("_")[0] for t in threading.enumerate() if t.name.startswith("zephon")}
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_an_iterator_of_a_closed_run_raises_instead_of_ending(make_rank, runner):
+    pipeline = make_rank(1, 0, runner=runner)
+    old = iter(pipeline)
+    first = next(old)
+    pipeline.close()
+    with pytest.raises(RuntimeError, match="run was closed"):
+        next(old)
+    again = iter(pipeline)  # iterating again continues from the state
+    assert (next(again).lane, first.lane) == (1, 0)
+    pipeline.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_runs_dropped_and_collected_while_others_plan_and_iterate_never_deadlock(make_rank, runner):
+    """Many runs dropped mid-iteration, with the collector run as often as it can be (inside
+    pool submissions, planning's thread map, lane threads), while other threads plan and
+    iterate: every iteration finishes, within a bound."""
+    rounds = 4 if runner == "process" else 12
+    errors: list[BaseException] = []
+    old = gc.get_threshold()
+    gc.set_threshold(50, 1, 1)
+
+    def churn(seed: int) -> None:
+        try:
+            for i in range(rounds):
+                pipeline = make_rank(1, 0, runner=runner, seed=seed * 100 + i)
+                iterator = iter(pipeline)
+                for _ in range(3 + i % 4):
+                    next(iterator)
+                del pipeline, iterator  # dropped with its background work running
+                if i % 3 == 0:
+                    gc.collect()
+        except BaseException as e:
+            errors.append(e)
+
+    try:
+        threads = [threading.Thread(target=churn, args=(s,), daemon=True) for s in range(3)]
+        start = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=200 - (time.monotonic() - start))
+        stuck = [t.name for t in threads if t.is_alive()]
+    finally:
+        gc.set_threshold(*old)
+    assert not stuck, f"threads {stuck} did not finish in 200 s: a deadlock"
+    assert not errors, errors
