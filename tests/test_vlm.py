@@ -14,6 +14,7 @@ import io
 import itertools
 import json
 import os
+import tarfile
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+from zephon.io.formats import BadRecord, DataError
 from zephon.ops.images import Images
 from zephon.testing import check_conformance, drain, run_job
 from zephon.testing.images import digits, photos, write_image_folder, write_parquet, write_webdataset
@@ -92,6 +94,70 @@ def test_tar_samples_are_planned_from_the_headers_into_chunks_of_whole_samples(l
     assert (table.stop - table.start).max() == 7 and len(table) == 3 * 12  # 80 = 11 * 7 + 3
     first = ds.read(table.chunk(0, 1))
     assert [r["__key__"] for r in first] == [f"digit{i:05d}" for i in range(7, 14)]
+
+
+def cut_tar(folder, samples, cut) -> Dataset:
+    """A tar shard of 12 samples, its bytes changed by ``cut(data, member)`` where ``member``
+    is the header of the 18th file (``digit00008.txt``)."""
+    path = write_webdataset(str(folder), samples[:12], per_shard=12)[0]
+    with tarfile.open(path) as tar:
+        member = tar.getmembers()[17]
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(cut(data, member))
+    return Dataset.from_path("cut", path)
+
+
+def declared_size(data: bytes, member: tarfile.TarInfo, size: int) -> bytes:
+    info = tarfile.TarInfo(member.name)
+    info.size, info.mtime = size, 0
+    return data[: member.offset] + info.tobuf(tarfile.USTAR_FORMAT) + data[member.offset_data :]
+
+
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        (lambda d, m: d[: m.offset_data + m.size // 2],
+         r"the tar ends at byte [\d,]+ inside member 'digit00008\.txt', whose data runs to byte"),
+        (lambda d, m: d[: m.offset + 100],
+         r"the tar ends at byte 17,508 inside the header at byte 17,408 after member 'digit00008\.png'"),
+        (lambda d, m: d[: m.offset],
+         r"the tar ends at byte 17,408 after member 'digit00008\.png', without the end-of-archive marker"),
+        (lambda d, m: d[: m.offset_data + m.size + 1],
+         r"the tar ends at byte [\d,]+ in the padding after member 'digit00008\.txt'"),
+        (lambda d, m: declared_size(d, m, 1 << 20),
+         r"the tar ends at byte 30,720 inside member 'digit00008\.txt', whose data runs to byte 1,066,"),
+        (lambda d, m: d[: m.offset] + b"x" * 512 + d[m.offset_data :],
+         r"the 512 bytes at byte 17,408 after member 'digit00008\.png' are not a valid tar header"),
+        (lambda d, m: d + b"garbage",
+         r"trailing bytes: byte 30,720 is not zero, after the end-of-archive marker at byte 24,576"),
+    ],
+    ids=["in-member-data", "in-a-header", "at-a-header", "in-padding", "size-past-the-end", "bad-header",
+         "trailing-garbage"],
+)  # fmt: skip
+def test_a_cut_off_or_damaged_tar_is_an_error_naming_the_shard_and_the_place(tmp_path, samples, cut, message):
+    ds = cut_tar(tmp_path, samples, cut)
+    with pytest.raises(DataError, match=r"/shard-00000\.tar: (truncated: )?" + message) as error:
+        records(ds, chunk_size=4)
+    assert "on_error='skip'" in str(error.value)
+
+
+def test_a_cut_off_tar_skipping_bad_records_delivers_its_whole_samples_and_counts_one(
+    tmp_path, gpt2, samples
+):
+    path = tmp_path / "w" / "shard-00000.tar"
+    cut_tar(tmp_path / "w", samples, lambda d, m: d[: m.offset_data + m.size // 2])
+    ds = Dataset.from_path("cut", str(path), on_error="skip")
+    assert [r["__key__"] for r in records(ds) if not isinstance(r, BadRecord)] == [
+        f"digit{i:05d}" for i in range(8)
+    ]
+    p = pipeline(ds, "webdataset", gpt2, lanes=1)
+    got = drain(p, 50)
+    images = sum(int(b.vision.mask.sum()) for b in got) // 4  # 4 tokens per 16 x 16 image
+    assert p.stats()["counters"]["skipped_records"] == 1 and images == 8
+    with pytest.raises(DataError, match=r"shard-00000\.tar: truncated: the tar ends at byte"):
+        drain(pipeline(Dataset.from_path("cut", str(path)), "webdataset", gpt2, lanes=1), 50)
 
 
 def test_image_layouts_on_s3_read_the_same_samples(s3, layouts, samples):
