@@ -228,6 +228,74 @@ def test_fit_keeps_the_aspect_in_whole_patches():
     assert patches.grid[:, 0].tolist() == list(range(40))
 
 
+def quadrants() -> np.ndarray:
+    """An upright 256 x 128 image whose quadrants are red, green (top), blue, white (bottom), so
+    any rotation or mirror shows."""
+    image = np.zeros((128, 256, 3), np.uint8)
+    image[:64, :128], image[:64, 128:] = (255, 0, 0), (0, 255, 0)
+    image[64:, :128], image[64:, 128:] = (0, 0, 255), (255, 255, 255)
+    return image
+
+
+# the pixels a camera stores for an upright view, by EXIF orientation (where the stored row 0 and
+# column 0 are seen): 6 = shown rotated 90 degrees clockwise, 8 = counter-clockwise, 5 and 7 mirrored
+STORED = {
+    2: np.fliplr,
+    3: lambda a: np.rot90(a, 2),
+    4: np.flipud,
+    5: lambda a: a.transpose(1, 0, 2),
+    6: lambda a: np.rot90(a, 1),
+    7: lambda a: np.rot90(a, 2).transpose(1, 0, 2),
+    8: lambda a: np.rot90(a, -1),
+}
+
+
+def jpeg(pixels: np.ndarray, orientation: int | None = None) -> bytes:
+    image = Image.fromarray(np.ascontiguousarray(pixels))
+    exif = Image.Exif()
+    if orientation is not None:
+        exif[0x0112] = orientation  # Orientation
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=95, exif=exif.tobytes())
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("resize", ["crop", "fit"])
+@pytest.mark.parametrize("orientation", sorted(STORED))
+def test_a_jpeg_is_turned_upright_by_its_exif_orientation(orientation, resize):
+    op = Images(size=32, patch=8, resize=resize)  # JPEG draft decoding at a quarter of the size
+    upright = op.patches(jpeg(quadrants()))
+    turned = op.patches(jpeg(STORED[orientation](quadrants()), orientation))
+    assert turned.grid.tolist() == upright.grid.tolist()
+    difference = np.abs(turned.pixels.astype(int) - upright.pixels.astype(int))
+    assert difference.mean() < 2 and difference.max() < 64
+
+
+def test_an_image_without_an_exif_orientation_or_upright_is_decoded_as_stored():
+    op = Images(size=32, patch=8, resize="fit")
+    sideways = STORED[6](quadrants())
+    plain, tagged = op.patches(jpeg(sideways)), op.patches(jpeg(sideways, 1))
+    assert plain.grid[0].tolist() == [0, 4, 2] and np.array_equal(plain.pixels, tagged.pixels)
+
+
+def test_the_stored_view_agrees_with_pillows_exif_transpose():
+    from PIL import ImageOps
+
+    for orientation, stored in STORED.items():
+        shown = ImageOps.exif_transpose(Image.open(io.BytesIO(jpeg(stored(quadrants()), orientation))))
+        assert np.abs(np.asarray(shown).astype(int) - quadrants()).mean() < 2, orientation
+
+
+def test_a_checkpoint_from_before_images_were_turned_upright_is_refused_by_name(layouts, gpt2):
+    p = pipeline(dataset(layouts, "parquet"), "parquet", gpt2, lanes=1)
+    drain(p, 1)
+    state = p.state_dict()
+    images = next(op for op in state["fingerprint"]["operators"] if op["kind"] == "images")
+    del images["orientation"]  # as saved before EXIF orientations were applied
+    with pytest.raises(ValueError, match=r"operators\[\d\]\.orientation: '<absent>' -> 'exif'"):
+        pipeline(dataset(layouts, "parquet"), "parquet", gpt2, lanes=1).load_state_dict(state)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
