@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -91,11 +92,34 @@ def test_a_stopping_dataset_ends_the_lane_when_it_runs_out(two_corpora, tmp_path
         ({"short": 1}, r"no weight for dataset\(s\) \['long'\]"),
         ({"short": 1, "long": -1}, "weight for 'long' must be a positive number"),
         (None, "need a mixture"),
+        (
+            {"short": 1e308, "long": 1e308},
+            r"sum to more than the largest float \(1\.8e\+308\): scale them all down .*"
+            r"divide each by 1e\+308",
+        ),
+        ({"short": math.inf, "long": 1}, r"'short' must be a positive number, got inf: give finite weights"),
+        ({"short": 1, "long": math.nan}, r"'long' must be a positive number, got nan: give finite weights"),
+        ({"short": 10**400, "long": 1}, r"'short' must be a positive number, got 1000+: give finite weights"),
+        (
+            {"short": 1e-320, "long": 1},
+            r"'short' is 1e-320, under the smallest normal float .*: scale all the weights up",
+        ),
+        (
+            {"short": 1e-300, "long": 1e300},
+            r"'short' \(1e-300\) is too small next to the sum of the weights \(1e\+300\): its share 0\.0 "
+            r"is under .*; raise it, or leave the dataset out",
+        ),
     ],
 )
 def test_bad_mixtures_are_explained(two_corpora, mixture, message):
     with pytest.raises(ValueError, match=message):
         StaticMixtureWorkSource(list(two_corpora), mixture)
+
+
+def test_weights_count_by_their_ratio_however_large_or_small(two_corpora):
+    for scale in (1e-300, 1, 1e300):
+        source = StaticMixtureWorkSource(list(two_corpora), {"short": scale, "long": 3 * scale})
+        assert source.shares == pytest.approx([0.25, 0.75])
 
 
 def test_too_few_chunks_for_the_lanes_is_explained(tmp_path, gpt2):

@@ -40,6 +40,9 @@ def test_a_lane_follows_the_run_schedule_scaled_by_the_number_of_lanes():
     assert schedule.for_lane(4).target(0, 250) == pytest.approx(700 / 4)
 
 
+ONE = [{"at": 0, "weights": {"a": 1, "b": 1}}]
+
+
 @pytest.mark.parametrize(
     ("points", "message"),
     [
@@ -53,6 +56,15 @@ def test_a_lane_follows_the_run_schedule_scaled_by_the_number_of_lanes():
         ([{"at": 0, "weights": {"a": 1, "b": 1}, "ramp": "cubic"}], "ramp = 'cubic', expected one of"),
         ([{"at": 0.5, "weights": {"a": 1, "b": 1}}], r"at = 0\.5 should be a whole number"),
         ([{"at": 0, "wieghts": {"a": 1, "b": 1}}], "point 1: expected"),
+        ([*ONE, {"at": math.inf, "weights": {"a": 1, "b": 1}}], "point 2: at = inf should be a whole number"),
+        ([*ONE, {"at": math.nan, "weights": {"a": 1, "b": 1}}], "point 2: at = nan should be a whole number"),
+        ([*ONE, {"at": 10**400, "weights": {"a": 1, "b": 1}}], "point 2: at = 1000+ should be a whole"),
+        ([{"at": 0, "weights": {"a": 1e308, "b": 1e308}}],
+         r"point 1: mixture weights .* sum to more than the largest float .*: scale them all down"),
+        ([*ONE, {"at": 9, "weights": {"a": math.nan, "b": 1}}],
+         "point 2: mixture weight for 'a' must be a number >= 0, got nan: give finite weights"),
+        ([{"at": 0, "weights": {"a": 0, "b": 1e-320}}], "'b' is 1e-320, under the smallest normal float"),
+        ([{"at": 0, "weights": {"a": 1e-300, "b": 1e300}}], r"'a' \(1e-300\) is too small .*, or give it 0"),
     ],
 )  # fmt: skip
 def test_bad_schedules_are_explained(points, message):

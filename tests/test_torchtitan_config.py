@@ -274,6 +274,16 @@ def test_replay_of_a_step_from_the_recipe_matches_a_two_rank_run(tmp_path, capsy
         ),
         ("at = 6_000", "at = 0", r"\[mixture\] mixture schedule point 2: at = 0 does not come after"),
         ("late = 0.1 }", "lat = 0.1 }", r"point 1: mixture names unknown dataset\(s\) \['lat'\]"),
+        (
+            "at = 6_000",
+            "at = inf",
+            r"\[mixture\] mixture schedule point 2: at = inf should be a whole number",
+        ),
+        (
+            "late = 0.1 }",
+            "late = nan }",
+            r"\[mixture\] mixture schedule point 1: .*'late' .* got nan: give finite",
+        ),
     ],
 )
 def test_a_bad_schedule_in_a_recipe_is_named(tmp_path, old, new, message):
@@ -284,6 +294,36 @@ def test_a_bad_schedule_in_a_recipe_is_named(tmp_path, old, new, message):
     path = tmp_path / "r.toml"
     path.write_text(text.replace(old, new, 1))
     with pytest.raises(ValueError, match=message):
+        build_pipeline(load_recipe(str(path)), dp_rank=0, dp_world_size=1, seq_len=128, microbatch_size=2)
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        (("inf", "1"), r"'early' must be a positive number, got inf: give finite weights"),
+        (("1", "nan"), r"'late' must be a positive number, got nan: give finite weights"),
+        (("1e308", "1e308"), r"sum to more than the largest float .*: scale them all down"),
+        (("1e-320", "1"), r"'early' is 1e-320, under the smallest normal float"),
+    ],
+)
+def test_a_recipe_weight_that_is_not_finite_or_overflows_is_named_with_its_field(tmp_path, weights, message):
+    import re
+
+    from zephon.torchtitan.recipe import build_pipeline
+
+    with open(os.path.join(ROOT, "zephon_recipes", "debug_curriculum.toml")) as f:
+        text = f.read().replace('"../assets', f'"{ROOT}/assets')
+    text = re.sub(r"schedule = \[.*?\n\]\n", "", text, flags=re.S)
+    *tables, rest = text.split('exhausted = "repeat"\n')  # each dataset's table ends with it
+    text = (
+        "".join(f'{t}exhausted = "repeat"\nweight = {w}\n' for t, w in zip(tables, weights, strict=True))
+        + rest
+    )
+    path = tmp_path / "r.toml"
+    path.write_text(text)
+    with pytest.raises(
+        ValueError, match=r"data recipe .*r\.toml: \[\[datasets\]\] weight: mixture weight.* " + message
+    ):
         build_pipeline(load_recipe(str(path)), dp_rank=0, dp_world_size=1, seq_len=128, microbatch_size=2)
 
 

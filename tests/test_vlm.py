@@ -14,6 +14,7 @@ import io
 import itertools
 import json
 import os
+import tarfile
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+from zephon.io.formats import BadRecord, DataError
 from zephon.ops.images import Images
 from zephon.testing import check_conformance, drain, run_job
 from zephon.testing.images import digits, photos, write_image_folder, write_parquet, write_webdataset
@@ -94,6 +96,70 @@ def test_tar_samples_are_planned_from_the_headers_into_chunks_of_whole_samples(l
     assert [r["__key__"] for r in first] == [f"digit{i:05d}" for i in range(7, 14)]
 
 
+def cut_tar(folder, samples, cut) -> Dataset:
+    """A tar shard of 12 samples, its bytes changed by ``cut(data, member)`` where ``member``
+    is the header of the 18th file (``digit00008.txt``)."""
+    path = write_webdataset(str(folder), samples[:12], per_shard=12)[0]
+    with tarfile.open(path) as tar:
+        member = tar.getmembers()[17]
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(cut(data, member))
+    return Dataset.from_path("cut", path)
+
+
+def declared_size(data: bytes, member: tarfile.TarInfo, size: int) -> bytes:
+    info = tarfile.TarInfo(member.name)
+    info.size, info.mtime = size, 0
+    return data[: member.offset] + info.tobuf(tarfile.USTAR_FORMAT) + data[member.offset_data :]
+
+
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        (lambda d, m: d[: m.offset_data + m.size // 2],
+         r"the tar ends at byte [\d,]+ inside member 'digit00008\.txt', whose data runs to byte"),
+        (lambda d, m: d[: m.offset + 100],
+         r"the tar ends at byte 17,508 inside the header at byte 17,408 after member 'digit00008\.png'"),
+        (lambda d, m: d[: m.offset],
+         r"the tar ends at byte 17,408 after member 'digit00008\.png', without the end-of-archive marker"),
+        (lambda d, m: d[: m.offset_data + m.size + 1],
+         r"the tar ends at byte [\d,]+ in the padding after member 'digit00008\.txt'"),
+        (lambda d, m: declared_size(d, m, 1 << 20),
+         r"the tar ends at byte 30,720 inside member 'digit00008\.txt', whose data runs to byte 1,066,"),
+        (lambda d, m: d[: m.offset] + b"x" * 512 + d[m.offset_data :],
+         r"the 512 bytes at byte 17,408 after member 'digit00008\.png' are not a valid tar header"),
+        (lambda d, m: d + b"garbage",
+         r"trailing bytes: byte 30,720 is not zero, after the end-of-archive marker at byte 24,576"),
+    ],
+    ids=["in-member-data", "in-a-header", "at-a-header", "in-padding", "size-past-the-end", "bad-header",
+         "trailing-garbage"],
+)  # fmt: skip
+def test_a_cut_off_or_damaged_tar_is_an_error_naming_the_shard_and_the_place(tmp_path, samples, cut, message):
+    ds = cut_tar(tmp_path, samples, cut)
+    with pytest.raises(DataError, match=r"/shard-00000\.tar: (truncated: )?" + message) as error:
+        records(ds, chunk_size=4)
+    assert "on_error='skip'" in str(error.value)
+
+
+def test_a_cut_off_tar_skipping_bad_records_delivers_its_whole_samples_and_counts_one(
+    tmp_path, gpt2, samples
+):
+    path = tmp_path / "w" / "shard-00000.tar"
+    cut_tar(tmp_path / "w", samples, lambda d, m: d[: m.offset_data + m.size // 2])
+    ds = Dataset.from_path("cut", str(path), on_error="skip")
+    assert [r["__key__"] for r in records(ds) if not isinstance(r, BadRecord)] == [
+        f"digit{i:05d}" for i in range(8)
+    ]
+    p = pipeline(ds, "webdataset", gpt2, lanes=1)
+    got = drain(p, 50)
+    images = sum(int(b.vision.mask.sum()) for b in got) // 4  # 4 tokens per 16 x 16 image
+    assert p.stats()["counters"]["skipped_records"] == 1 and images == 8
+    with pytest.raises(DataError, match=r"shard-00000\.tar: truncated: the tar ends at byte"):
+        drain(pipeline(Dataset.from_path("cut", str(path)), "webdataset", gpt2, lanes=1), 50)
+
+
 def test_image_layouts_on_s3_read_the_same_samples(s3, layouts, samples):
     import boto3
 
@@ -160,6 +226,74 @@ def test_fit_keeps_the_aspect_in_whole_patches():
     patches = Images(size=64, patch=8, resize="fit").patches(china[2])
     assert patches.grid[0].tolist() == [0, 5, 8] and len(patches) == 40
     assert patches.grid[:, 0].tolist() == list(range(40))
+
+
+def quadrants() -> np.ndarray:
+    """An upright 256 x 128 image whose quadrants are red, green (top), blue, white (bottom), so
+    any rotation or mirror shows."""
+    image = np.zeros((128, 256, 3), np.uint8)
+    image[:64, :128], image[:64, 128:] = (255, 0, 0), (0, 255, 0)
+    image[64:, :128], image[64:, 128:] = (0, 0, 255), (255, 255, 255)
+    return image
+
+
+# the pixels a camera stores for an upright view, by EXIF orientation (where the stored row 0 and
+# column 0 are seen): 6 = shown rotated 90 degrees clockwise, 8 = counter-clockwise, 5 and 7 mirrored
+STORED = {
+    2: np.fliplr,
+    3: lambda a: np.rot90(a, 2),
+    4: np.flipud,
+    5: lambda a: a.transpose(1, 0, 2),
+    6: lambda a: np.rot90(a, 1),
+    7: lambda a: np.rot90(a, 2).transpose(1, 0, 2),
+    8: lambda a: np.rot90(a, -1),
+}
+
+
+def jpeg(pixels: np.ndarray, orientation: int | None = None) -> bytes:
+    image = Image.fromarray(np.ascontiguousarray(pixels))
+    exif = Image.Exif()
+    if orientation is not None:
+        exif[0x0112] = orientation  # Orientation
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=95, exif=exif.tobytes())
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("resize", ["crop", "fit"])
+@pytest.mark.parametrize("orientation", sorted(STORED))
+def test_a_jpeg_is_turned_upright_by_its_exif_orientation(orientation, resize):
+    op = Images(size=32, patch=8, resize=resize)  # JPEG draft decoding at a quarter of the size
+    upright = op.patches(jpeg(quadrants()))
+    turned = op.patches(jpeg(STORED[orientation](quadrants()), orientation))
+    assert turned.grid.tolist() == upright.grid.tolist()
+    difference = np.abs(turned.pixels.astype(int) - upright.pixels.astype(int))
+    assert difference.mean() < 2 and difference.max() < 64
+
+
+def test_an_image_without_an_exif_orientation_or_upright_is_decoded_as_stored():
+    op = Images(size=32, patch=8, resize="fit")
+    sideways = STORED[6](quadrants())
+    plain, tagged = op.patches(jpeg(sideways)), op.patches(jpeg(sideways, 1))
+    assert plain.grid[0].tolist() == [0, 4, 2] and np.array_equal(plain.pixels, tagged.pixels)
+
+
+def test_the_stored_view_agrees_with_pillows_exif_transpose():
+    from PIL import ImageOps
+
+    for orientation, stored in STORED.items():
+        shown = ImageOps.exif_transpose(Image.open(io.BytesIO(jpeg(stored(quadrants()), orientation))))
+        assert np.abs(np.asarray(shown).astype(int) - quadrants()).mean() < 2, orientation
+
+
+def test_a_checkpoint_from_before_images_were_turned_upright_is_refused_by_name(layouts, gpt2):
+    p = pipeline(dataset(layouts, "parquet"), "parquet", gpt2, lanes=1)
+    drain(p, 1)
+    state = p.state_dict()
+    images = next(op for op in state["fingerprint"]["operators"] if op["kind"] == "images")
+    del images["orientation"]  # as saved before EXIF orientations were applied
+    with pytest.raises(ValueError, match=r"operators\[\d\]\.orientation: '<absent>' -> 'exif'"):
+        pipeline(dataset(layouts, "parquet"), "parquet", gpt2, lanes=1).load_state_dict(state)
 
 
 @pytest.mark.parametrize(

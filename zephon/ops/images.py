@@ -6,6 +6,12 @@ A record's image is encoded bytes (JPEG, PNG, WebP, ... anything Pillow reads), 
 image's grid of patches. ``tokenize(image_field=..., image_token=...)`` then puts one image token
 per patch before the text.
 
+An image is turned upright by its EXIF orientation (a phone's "rotate 90" JPEG is stored sideways),
+as Pillow's ``ImageOps.exif_transpose`` would, after the JPEG draft decoding (which asks for a
+square, so a quarter turn changes nothing there) and only where the tag says the image is turned.
+``params()`` holds ``orientation="exif"``: a checkpoint made before images were turned is refused
+by name rather than resumed with other pixels.
+
 ``resize="crop"``: the shorter side is scaled to ``size`` and the centre ``size x size`` cut out, so
 every image gives ``(size // patch) ** 2`` tokens. ``resize="fit"``: the image is scaled to fit in
 ``size x size`` with its aspect kept, each side rounded to whole patches, so the grid follows the
@@ -31,6 +37,18 @@ from zephon.ops.containers import Patches, RecordBlock
 
 RESIZE = ("crop", "fit")
 MAX_PIXELS = 64 << 20  # one decoded image at most (about 8k x 8k): larger is almost always broken
+ORIENTATION = 0x0112  # the EXIF tag
+# the turn (a PIL.Image.Transpose; Pillow is optional) that shows the stored pixels upright, by
+# EXIF orientation (1: upright already)
+TURN = {
+    2: "FLIP_LEFT_RIGHT",
+    3: "ROTATE_180",
+    4: "FLIP_TOP_BOTTOM",
+    5: "TRANSPOSE",
+    6: "ROTATE_270",  # Pillow's rotations are counter-clockwise: this is 90 degrees clockwise
+    7: "TRANSVERSE",
+    8: "ROTATE_90",
+}
 
 
 class Images(WorkOperator):
@@ -72,7 +90,7 @@ class Images(WorkOperator):
     def params(self) -> dict:
         return {
             "field": self.field, "size": self.size, "patch": self.patch, "resize": self.resize,
-            "mean": list(self.mean), "std": list(self.std), "pillow": self.pillow,
+            "mean": list(self.mean), "std": list(self.std), "pillow": self.pillow, "orientation": "exif",
         }  # fmt: skip
 
     def work(self, block: RecordBlock) -> RecordBlock:
@@ -124,8 +142,9 @@ class Images(WorkOperator):
 
 
 def decode(value, field: str, size: int):
-    """An RGB Pillow image from encoded bytes (or a dict holding them), or a ValueError; a JPEG
-    is decoded at the smallest scale that keeps both sides at least ``size``."""
+    """An RGB Pillow image from encoded bytes (or a dict holding them), upright by its EXIF
+    orientation, or a ValueError; a JPEG is decoded at the smallest scale that keeps both sides at
+    least ``size``."""
     from PIL import Image
 
     if isinstance(value, dict):
@@ -144,11 +163,12 @@ def decode(value, field: str, size: int):
                 f"images(field={field!r}): an image of {image.width} x {image.height} pixels, over the "
                 f"limit of {MAX_PIXELS:,} (filter it out, or skip bad records with on_error='skip')"
             )
+        # a square request: the same scale whichever way the image is turned after
         image.draft("RGB", (size, size))
-        if image.mode == "RGB":
-            image.load()  # decode now, inside the try (convert would copy an RGB image)
-            return image
-        return image.convert("RGB")
+        image.load()  # decode now, inside the try
+        turn = TURN.get(image.getexif().get(ORIENTATION))
+        rgb = image if image.mode == "RGB" else image.convert("RGB")  # convert would copy an RGB image
+        return rgb if turn is None else rgb.transpose(getattr(Image.Transpose, turn))
     except ValueError:
         raise
     except Exception as e:  # Pillow raises many kinds: UnidentifiedImageError, OSError, SyntaxError

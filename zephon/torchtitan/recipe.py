@@ -63,6 +63,7 @@ from typing import Any
 from zephon import Dataset, Pipeline, ScheduledMixtureWorkSource, StaticMixtureWorkSource, TokenEstimation
 from zephon.fields import check_table
 from zephon.torchtitan.checks import check_context_length
+from zephon.work.mixture import normalize
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,10 @@ def build_pipeline(
     estimation = TokenEstimation() if unit == "tokens" else None
     seed, schedule = recipe.get("recipe", "seed", 0), recipe.get("mixture", "schedule", None)
     if schedule is None:
+        try:
+            normalize(weights, list(weights))
+        except ValueError as e:
+            raise ValueError(f"data recipe {recipe.path}: [[datasets]] weight: {e}") from None
         source = StaticMixtureWorkSource(datasets, weights, estimation, seed=seed)
     else:
         weighted = [d["name"] for d in recipe.datasets if "weight" in d]

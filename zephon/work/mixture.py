@@ -32,6 +32,8 @@ of the integral of its weight; for fixed shares that is the key above.
 from __future__ import annotations
 
 import bisect
+import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,25 +45,57 @@ UNITS = ("tokens", "records")
 
 def normalize(weights: dict[str, float], names: list[str], zero: bool = False) -> list[float]:
     """Weights for ``names`` (in order), checked and scaled to sum to 1; ``zero``: a weight may
-    be 0 (a point of a schedule), as long as one is not."""
+    be 0 (a point of a schedule), as long as one is not. Only their ratios count, so weights
+    whose sum overflows, or whose shares are too small for a float, are refused: scale them."""
     unknown = sorted(set(weights) - set(names))
     if unknown:
         raise ValueError(f"mixture names unknown dataset(s) {unknown}; datasets are {names}")
     missing = [n for n in names if n not in weights]
     if missing:
         raise ValueError(f"mixture gives no weight for dataset(s) {missing}")
-    values = []
-    for n in names:
-        w = weights[n]
-        number = not isinstance(w, bool) and isinstance(w, int | float) and w < float("inf")
-        if not number or w < 0 or (w == 0 and not zero) or w != w:
-            kind = "a number >= 0" if zero else "a positive number"
-            raise ValueError(f"mixture weight for {n!r} must be {kind}, got {w!r}")
-        values.append(float(w))
+    values = [_weight(n, weights[n], zero) for n in names]
     total = sum(values)
     if total <= 0:
         raise ValueError(f"mixture weights {weights} are all 0: give at least one dataset a weight")
-    return [v / total for v in values]
+    if total == math.inf:
+        raise ValueError(
+            f"mixture weights {weights} sum to more than the largest float ({sys.float_info.max:.3g}): "
+            f"scale them all down (only their ratios count), e.g. divide each by {max(values):.3g}"
+        )
+    shares = [v / total for v in values]
+    for n, v, share in zip(names, values, shares, strict=True):
+        if v > 0 and share < sys.float_info.min:
+            instead = "give it 0" if zero else "leave the dataset out"
+            raise ValueError(
+                f"mixture weight for {n!r} ({weights[n]!r}) is too small next to the sum of the weights "
+                f"({total:.3g}): its share {share!r} is under the smallest normal float "
+                f"({sys.float_info.min:.3g}); raise it, or {instead}"
+            )
+    return shares
+
+
+def _weight(name: str, w, zero: bool) -> float:
+    kind = "a number >= 0" if zero else "a positive number"
+    if isinstance(w, bool) or not isinstance(w, int | float):
+        raise ValueError(f"mixture weight for {name!r} must be {kind}, got {w!r}")
+    try:
+        value = float(w)
+    except OverflowError:  # an int over the largest float
+        value = math.inf
+    if not math.isfinite(value):
+        raise ValueError(
+            f"mixture weight for {name!r} must be {kind}, got {w!r}: give finite weights (only their "
+            "ratios count)"
+        )
+    if value < 0 or (value == 0 and not zero):
+        raise ValueError(f"mixture weight for {name!r} must be {kind}, got {w!r}")
+    if 0 < value < sys.float_info.min:
+        raise ValueError(
+            f"mixture weight for {name!r} is {w!r}, under the smallest normal float "
+            f"({sys.float_info.min:.3g}), where ratios lose precision: scale all the weights up (only "
+            "their ratios count)"
+        )
+    return value
 
 
 def pick(shares: list[float], used: list[int], upcoming: list[float]) -> int:

@@ -60,7 +60,7 @@ def _point(p, i: int, names: list[str], before: Point | None) -> Point:
     if not isinstance(p, dict) or set(p) - {"at", "weights", "ramp"} or not {"at", "weights"} <= set(p):
         raise ValueError(f"{where}: expected {{at = N, weights = {{name = w, ...}}, ramp = ...}}, got {p!r}")
     at, ramp = p["at"], p.get("ramp", "step")
-    if isinstance(at, bool) or not isinstance(at, int | float) or at < 0 or at != int(at):
+    if isinstance(at, bool) or not isinstance(at, int | float) or not _whole(at) or at < 0:
         raise ValueError(f"{where}: at = {at!r} should be a whole number of units >= 0")
     if ramp not in RAMPS:
         raise ValueError(f"{where}: ramp = {ramp!r}, expected one of {RAMPS}")
@@ -73,6 +73,15 @@ def _point(p, i: int, names: list[str], before: Point | None) -> Point:
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
     return Point(int(at), tuple(shares), ramp)
+
+
+def _whole(at: float) -> bool:
+    """A whole number a float can hold (not inf, NaN, or an int over the largest float)."""
+    try:
+        value = float(at)
+    except OverflowError:
+        return False
+    return math.isfinite(value) and value == int(value)
 
 
 class LaneSchedule:
