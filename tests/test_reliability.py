@@ -211,7 +211,18 @@ def test_a_finished_run_lets_its_workers_go(tmp_path, gpt2):
 
 
 def _zephon_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("zephon-")]
+    """The threads of runs (the reaper is the process's, started once)."""
+    return [
+        t.name for t in threading.enumerate() if t.name.startswith("zephon-") and t.name != "zephon-reaper"
+    ]
+
+
+def _no_lane_threads_left() -> None:
+    """Wait until the runs earlier tests dropped have stopped (the reaper closes them)."""
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while "zephon-lanes" in _zephon_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def test_a_pipeline_dropped_in_the_middle_of_a_run_leaves_no_thread(make_rank):
@@ -230,6 +241,7 @@ def test_a_pipeline_dropped_in_the_middle_of_a_run_leaves_no_thread(make_rank):
 
 
 def test_lanes_are_driven_by_one_thread_however_many_there_are(corpus, gpt2):
+    _no_lane_threads_left()
     ds = Dataset.from_path("d", corpus, exhausted="repeat")
     pipeline = Pipeline(ds).options(num_lanes=256, chunk_bytes=1024).tokenize(gpt2).pack_flat(16).batch(1)
     take(pipeline, 300)

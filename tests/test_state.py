@@ -149,6 +149,75 @@ def test_an_impossible_lane_state_is_refused(make_rank, field, value, message):
         drain(pipeline, 40)  # lane 0 comes after the others have caught up to index 4
 
 
+def _set(path: str, value: int):
+    """A change to lane 0's state: ``path`` is a key, or ``position.i`` (of dataset 0's position)."""
+
+    def change(lane: dict) -> None:
+        if path.startswith("position."):
+            lane["mixer"]["positions"][0][int(path[-1])] = value
+        elif path == "used":
+            lane["mixer"]["used"][0] = value
+        else:
+            lane[path] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            _set("index", 10**15),
+            r"lane 0: the state's index 1000000000000000 does not follow from its window \d+ ",
+        ),
+        (
+            _set("position.0", 10**6),
+            r"lane 0: dataset 'synthetic': .*\[1000000, .* is further than the \d+ documents",
+        ),
+        (
+            _set("position.1", 10**6),
+            r"lane 0: dataset 'synthetic': .*names record 1000000, which is not a document",
+        ),
+        (
+            _set("position.2", 10**6),
+            r"lane 0: dataset 'synthetic': .* is 1000000 tokens into a document of \d+ tokens",
+        ),
+        (_set("used", 10**12), r"lane 0: dataset 'synthetic': the state's mixer has used 1000000000000 "),
+    ],
+)
+def test_a_mid_run_lane_state_no_run_could_reach_is_refused_naming_the_lane_and_field(
+    make_rank, change, message
+):
+    pipeline = make_rank(1, 0)
+    take(pipeline, 32)  # 4 batches of every lane: lane 0 is next
+    state = pipeline.state_dict()
+    pipeline.close()
+    assert state["lanes"]["0"]["window"] > 0, "lane 0 stands past its first window"
+    change(state["lanes"]["0"])
+    with pytest.raises(ValueError, match=message):
+        resumed = make_rank(1, 0)
+        resumed.load_state_dict(state)
+        next(iter(resumed))  # lane 0 comes first
+
+
+def test_a_position_past_the_end_of_a_dataset_that_stops_is_refused(corpus, gpt2):
+    from zephon import Dataset, Pipeline
+
+    def make():
+        ds = Dataset.from_path("d", corpus, exhausted="stop")
+        return Pipeline(ds).options(num_lanes=8, chunk_bytes=2048).tokenize(gpt2).pack_flat(64).batch(2)
+
+    pipeline = make()
+    take(pipeline, 32)
+    state = pipeline.state_dict()
+    pipeline.close()
+    state["lanes"]["0"]["mixer"]["positions"][0][0] = 1000
+    with pytest.raises(ValueError, match=r"lane 0: dataset 'd': .*\[1000, .* is past the end of the dataset"):
+        resumed = make()
+        resumed.load_state_dict(state)
+        next(iter(resumed))
+
+
 def test_a_performance_setting_changed_after_load_state_dict_keeps_the_state(make_rank):
     reference = drain(make_rank(1, 0), 30)
     first = make_rank(1, 0)

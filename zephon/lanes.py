@@ -194,6 +194,27 @@ class LaneOps:
         size = self.batch.microbatch_size
         return self.window_rows if window >= 32 else min(self.window_rows, size << window)
 
+    def batches_before(self, window: int) -> int:
+        """Batches of a lane's windows ``0 .. window - 1``, all of them whole (only a lane's last
+        window, where a dataset that stops ends it, may hold fewer)."""
+        ramp = sum(self.rows_in(w) for w in range(min(window, 32)))
+        return (ramp + max(0, window - 32) * self.window_rows) // self.batch.microbatch_size
+
+    def check_start(self, lane: int, state: LaneState) -> None:
+        """A lane state's ``index`` follows from its window and the batches of it delivered:
+        refuse one that cannot have been saved under this recipe."""
+        before, delivered = self.batches_before(state.window), state.delivered
+        whole = state.index == before + delivered
+        # a lane that ended inside its last window stands at the next one with fewer batches
+        ended = delivered == 0 and self.batches_before(state.window - 1) < state.index < before
+        if not (whole or ended):
+            raise ValueError(
+                f"lane {lane}: the state's index {state.index} does not follow from its window "
+                f"{state.window} and delivered {delivered}: this recipe's windows 0..{state.window - 1} "
+                f"hold {before} batches, so index must be {before + delivered}. The state is damaged "
+                "or was saved under another recipe"
+            )
+
 
 def lane_batches(
     plan: LanePlan, ops: LaneOps, lane: int, start: LaneState, streams: ChunkStreams
@@ -209,9 +230,13 @@ def lane_batches(
     try:
         fresh = start.window == 0
         schedule = source.lane_schedule(plan.num_lanes)
-        mixer = Mixer(
-            source.names, source.shares, source.unit, streams.fetch, start.mix, max_empty, fresh, schedule
-        )
+        _check_positions(plan, lane, start, max_empty)
+        try:
+            mixer = Mixer(
+                source.names, source.shares, source.unit, streams.fetch, start.mix, max_empty, fresh, schedule
+            )
+        except ValueError as e:
+            raise with_context(e, f"lane {lane}") from None
         window, index, at_start = start.window, start.index - start.delivered, start.mix
         while True:
             streams.window = window
@@ -243,3 +268,36 @@ def lane_batches(
                 return
     finally:
         streams.cancel()
+
+
+def _check_positions(plan: LanePlan, lane: int, start: LaneState, max_empty: list[int]) -> None:
+    """Refuse read positions no run of this recipe can reach: past the end of a dataset that
+    stops, or further than the documents the lane delivered allow (between two documents a lane
+    passes at most ``max_empty`` empty chunks), so that a damaged state fails by name instead of
+    silently reading elsewhere."""
+    delivered = start.tokens if plan.source.unit == "tokens" else start.documents
+    for d, (position, documents) in enumerate(zip(start.mix.positions, start.documents, strict=True)):
+        name = plan.source.names[d]
+        if start.mix.used[d] > delivered[d]:
+            raise ValueError(
+                f"lane {lane}: dataset {name!r}: the state's mixer has used {start.mix.used[d]} "
+                f"{plan.source.unit} of it, more than the {delivered[d]} its batches delivered: the "
+                "state is damaged or was saved under another recipe"
+            )
+        if start.window == 0 and (position.chunk or position.record or position.offset):
+            raise ValueError(
+                f"lane {lane}: dataset {name!r}: the state stands in window 0, which starts every "
+                f"dataset at [0, 0, 0], but its position is {position.to_json()}"
+            )
+        past = position.chunk > 0 and plan.chunk(d, lane, position.chunk - 1) is None
+        most = (documents + 1) * (max_empty[d] + 1)
+        if past or position.chunk > most:
+            why = (
+                "past the end of the dataset" if past else
+                f"further than the {documents} documents the lane delivered from it can have taken it "
+                f"(at most chunk {most})"
+            )  # fmt: skip
+            raise ValueError(
+                f"lane {lane}: dataset {name!r}: the state's position {position.to_json()} is {why}: the "
+                "state is damaged or was saved under another recipe"
+            )

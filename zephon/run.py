@@ -107,6 +107,10 @@ class Run:
             )
         n = len(pipeline.source.datasets)
         lanes = {lane: LaneState.from_json(state["lanes"][str(lane)], n) for lane in pipeline.owned_lanes}
+        if pipeline._output() == "batch":  # else it cannot be iterated: windows are not known yet
+            lane_ops = pipeline.lane_ops()
+            for lane, lane_state in lanes.items():
+                lane_ops.check_start(lane, lane_state)
         self.close()
         self._lanes, self._loaded = lanes, True
 

@@ -128,6 +128,9 @@ class Position:
     record: int = 0
     offset: int = 0
 
+    def to_json(self) -> list[int]:
+        return [self.chunk, self.record, self.offset]
+
 
 @dataclass(slots=True)
 class MixState:
@@ -145,7 +148,7 @@ class MixState:
         return MixState([Position(p.chunk, p.record, p.offset) for p in self.positions], list(self.used))
 
     def to_json(self) -> dict:
-        return {"positions": [[p.chunk, p.record, p.offset] for p in self.positions], "used": list(self.used)}
+        return {"positions": [p.to_json() for p in self.positions], "used": list(self.used)}
 
     @staticmethod
     def from_json(data: Any, num_datasets: int) -> MixState:
@@ -215,7 +218,30 @@ class Mixer:
                 self.docs[d] = int(np.searchsorted(head.records, position.record))
                 if fresh:  # a chunk's counters count when the lane enters it
                     self.counters = _sum(self.counters, head.counters)
+                elif position != Position():  # a dataset the lane has not read yet starts there
+                    self._check_position(d, position)
+            elif position.record or position.offset:
+                raise ValueError(
+                    f"dataset {names[d]!r}: the state's position {position.to_json()} lies past the end "
+                    f"of the dataset (the lane has no chunk {position.chunk} of it)"
+                )
             self._settle(d)
+
+    def _check_position(self, d: int, position: Position) -> None:
+        """A saved position points at a document of its chunk, inside it (see Position)."""
+        head, doc = self.heads[d], self.docs[d]
+        if doc >= len(head) or int(head.records[doc]) != position.record:
+            raise ValueError(
+                f"dataset {self.names[d]!r}: the state's position {position.to_json()} names record "
+                f"{position.record}, which is not a document of chunk {position.chunk} (its documents "
+                f"from there on: {len(head) - doc})"
+            )
+        length = self.bounds[d][doc + 1] - self.bounds[d][doc]
+        if position.offset >= length:
+            raise ValueError(
+                f"dataset {self.names[d]!r}: the state's position {position.to_json()} is {position.offset} "
+                f"tokens into a document of {length} tokens"
+            )
 
     @property
     def state(self) -> MixState:
