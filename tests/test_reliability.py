@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 
 import psutil
 import pytest
@@ -21,6 +22,7 @@ from zephon.io import DataError
 from zephon.testing import drain, take, write_jsonl
 from zephon.testing.functions import (
     ORPHAN_SCRIPT,
+    TwoArgumentError,
     failing_on_seven,
     raises_two_argument_error,
     rename_content,
@@ -128,14 +130,42 @@ def test_a_cache_folder_that_cannot_be_written_is_named(tmp_path):
         BlockCache(str(blocked / "cache"), 1 << 20, 4096)
 
 
-def test_an_error_a_worker_process_cannot_send_back_keeps_its_message(corpus, gpt2):
+@pytest.mark.parametrize("runner", ["thread", "process"])
+def test_an_error_whose_class_takes_other_arguments_keeps_its_type_message_and_record(corpus, gpt2, runner):
     ds = Dataset.from_path("synthetic", corpus)
-    pipeline = Pipeline(ds).options(runner="process").map(raises_two_argument_error).tokenize(gpt2)
-    with pytest.raises(RuntimeError) as caught:
+    pipeline = Pipeline(ds).options(runner=runner).map(raises_two_argument_error).tokenize(gpt2)
+    with pytest.raises(TwoArgumentError) as caught:
         drain(pipeline.pack_flat(16).batch(1), 1)
-    message = str(caught.value)
-    assert message.startswith("zephon.testing.functions.TwoArgumentError: bad record at 7-0"), message
-    assert "part-0.jsonl, line 1" in message and message.endswith("(raised in a worker process)"), message
+    assert str(caught.value) == "bad record at 7-0"
+    text = "".join(traceback.format_exception_only(caught.type, caught.value))
+    assert "part-0.jsonl, line 1" in text, text
+
+
+def test_an_error_that_cannot_be_unpickled_comes_back_from_a_worker_process_as_itself():
+    from concurrent.futures.process import _RemoteTraceback
+
+    from zephon.runners.process import ProcessExecutor
+
+    executor = ProcessExecutor(raises_two_argument_error, 1, timeout=600.0)
+    try:
+        deadline = time.monotonic() + 60
+        while not executor.pool_up and time.monotonic() < deadline:
+            time.sleep(0.05)  # the first units would run in this process
+        error = executor.submit({"id": 3}).exception(60)
+        again = executor.submit({"id": 4}).exception(60)
+    finally:
+        executor.shutdown()
+    assert isinstance(error.__cause__, _RemoteTraceback), "it was raised in a worker process"
+    assert isinstance(error, TwoArgumentError) and str(error) == "bad record at 3"
+    assert isinstance(again, TwoArgumentError) and str(again) == "bad record at 4", "the pool lives on"
+
+
+def test_an_error_whose_class_the_parent_cannot_import_comes_back_as_its_text():
+    from zephon.runners.process import _rebuild
+
+    error = _rebuild("no_such_module", "Gone", ("why",), {}, "why", "no_such_module.Gone: why")
+    assert type(error) is RuntimeError
+    assert str(error) == "no_such_module.Gone: why (raised in a worker process)"
 
 
 # -- stuck workers, orphans, leaks ----------------------------------------------------------------
