@@ -184,28 +184,55 @@ def _workers() -> list[psutil.Process]:
     return live
 
 
-def test_a_stopped_worker_is_reported_with_what_it_was_reading(tmp_path, gpt2):
+def _stopped_worker_run(tmp_path, gpt2):
     write_jsonl(str(tmp_path / "d.jsonl"), [{"text": f"document {i} " * 40} for i in range(4000)])
     ds = Dataset.from_path("d", str(tmp_path / "d.jsonl"), exhausted="repeat")
-    pipeline = Pipeline(ds).options(runner="process", worker_timeout=2, chunk_bytes=8 << 10)
-    pipeline = pipeline.tokenize(gpt2, parallelism=1).pack_flat(64).batch(1)
-    iterator = iter(pipeline)
-    next(iterator)
-    stopped = _workers()
-    assert stopped, "the process runner has workers"
-    for p in stopped:
+    pipeline = Pipeline(ds).options(runner="process", worker_timeout=3, chunk_bytes=8 << 10)
+    return pipeline.tokenize(gpt2, parallelism=1).pack_flat(64).batch(1)
+
+
+def _seconds_to_fail_after_stopping(pipeline, iterator, workers, message) -> float:
+    for p in workers:
         p.send_signal(signal.SIGSTOP)
     try:
         start = time.monotonic()
-        message = r"dataset 'd' \(shard 0, .* has not come back from the workers in 2 s"
         with pytest.raises(TimeoutError, match=message):
             for _ in range(10**6):
                 next(iterator)
-        print(f"\nreported {time.monotonic() - start:.1f} s after the worker stopped")
+        return time.monotonic() - start
     finally:
-        for p in stopped:
+        for p in workers:
             p.send_signal(signal.SIGCONT)
         pipeline.close()
+
+
+def test_a_stopped_worker_is_reported_with_its_file_soon_after_worker_timeout(tmp_path, gpt2):
+    pipeline = _stopped_worker_run(tmp_path, gpt2)
+    iterator = iter(pipeline)
+    next(iterator)
+    deadline = time.monotonic() + 60
+    while not pipeline._run._delivery.executor.pool_up and time.monotonic() < deadline:
+        next(iterator)  # until the workers are up and reading
+    workers = _workers()
+    assert workers, "the process runner has workers"
+    message = r"lane \d+: dataset 'd', .*/d\.jsonl, bytes \[\d+, \d+\) has not come back .* in 3 s: a worker"
+    seconds = _seconds_to_fail_after_stopping(pipeline, iterator, workers, message)
+    print(f"\nreported {seconds:.1f} s after the worker stopped")
+    assert seconds < 3 + 2, "timed from when the worker took the chunk, not from when the lane waited"
+
+
+def test_a_worker_stopped_while_starting_is_reported_soon_after_worker_timeout(tmp_path, gpt2):
+    pipeline = _stopped_worker_run(tmp_path, gpt2)
+    iterator = iter(pipeline)
+    deadline = time.monotonic() + 60
+    while not _workers() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    workers = _workers()
+    assert workers and not pipeline._run._delivery.executor.pool_up, "a worker process, not up yet"
+    message = r"the start of the worker processes \(each loads the work: its tokenizer\) has not ended in 3 s"
+    seconds = _seconds_to_fail_after_stopping(pipeline, iterator, workers, message)
+    print(f"\nreported {seconds:.1f} s after the worker stopped")
+    assert seconds < 3 + 2, "the start is timed from when the pool was made, not after it"
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])

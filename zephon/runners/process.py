@@ -26,9 +26,10 @@ from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from multiprocessing.reduction import ForkingPickler
 
 from zephon.runners import handover
-from zephon.runners.base import Executor, InlineExecutor, Runner
+from zephon.runners.base import Executor, Held, InlineExecutor, Runner
 from zephon.runners.priority import PriorityGate
 
+STARTING = "the start of the worker processes (each loads the work: its tokenizer)"
 _WORK = None  # the work function of this worker process
 _SHIP = None  # where this worker puts large results for the pool's owner (handover.prefix)
 
@@ -178,15 +179,17 @@ class ProcessExecutor(PriorityGate):
         def submit(unit) -> Future:
             if not self.pool_up and time.monotonic() - started > timeout:  # stuck starting
                 self._open(limit)  # the pool's watchdog then says so
-            return pool.submit(_run, unit) if self.pool_up else here.submit(work, unit)
+            future = pool.submit(_run, unit) if self.pool_up else here.submit(work, unit)
+            return self.held.track(unit, future)
 
         def shutdown() -> None:
             here.shutdown(wait=False, cancel_futures=True)
             pool.shutdown(wait=False, cancel_futures=True)
 
-        self.pool, self.ship = pool, ship
+        self.pool, self.ship, self.held = pool, ship, Held()
         super().__init__(submit, 1, shutdown)  # one at a time here until the pool is up
-        pool.submit(_up).add_done_callback(lambda _: self._open(limit))  # failed: up too
+        starting = self.held.track(STARTING, pool.submit(_up))  # the watchdog times the start too
+        starting.add_done_callback(lambda _: self._open(limit))  # failed: up too
 
     def _feed(self) -> None:
         super()._feed()
@@ -196,6 +199,9 @@ class ProcessExecutor(PriorityGate):
         if self.ship is not None:
             self.pool.shutdown(wait=True)
             handover.remove_all(self.ship)
+
+    def stuck(self, timeout: float):
+        return self.held.longest(timeout)
 
     def _open(self, limit: int) -> None:
         """The pool is up (or will never be): it takes the work, ``limit`` units at a time."""
