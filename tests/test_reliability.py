@@ -256,6 +256,42 @@ def _alive(pid: int) -> bool:
         return False
 
 
+SCRIPT = """import sys
+from zephon import Dataset, Pipeline
+from zephon.testing import take
+
+def main():
+    pipeline = Pipeline(Dataset.from_path("d", sys.argv[1])).options(runner="process")
+    take(pipeline.tokenize(sys.argv[2], parallelism=1).pack_flat(64).batch(1), 3)
+    print("done")
+"""
+
+
+def test_a_script_without_a_main_guard_is_told_at_once_what_to_add(tmp_path, corpus, gpt2):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT + "main()\n")
+    result = subprocess.run(
+        [sys.executable, str(script), corpus, gpt2], capture_output=True, text=True, timeout=120
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and "done" not in result.stdout, result.stderr[-3000:]
+    assert lines[-1] == (
+        f"ValueError: runner='process': {script}, line 9 starts worker processes from the top level of "
+        "the script, and each worker imports the script again, so it would run that line again: put the "
+        'script\'s code under `if __name__ == "__main__":` (or use runner="thread")'
+    )
+    assert len(lines) < 30 and "multiprocessing" not in result.stderr, result.stderr
+
+
+def test_a_script_with_a_main_guard_runs_on_process_workers(tmp_path, corpus, gpt2):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT + 'if __name__ == "__main__":\n    main()\n')
+    result = subprocess.run(
+        [sys.executable, str(script), corpus, gpt2], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout == "done\n" and not result.stderr, result.stderr[-3000:]
+
+
 def test_a_finished_run_lets_its_workers_go(tmp_path, gpt2):
     write_jsonl(str(tmp_path / "d.jsonl"), [{"text": f"document {i} " * 20} for i in range(300)])
     pipeline = Pipeline(Dataset.from_path("d", str(tmp_path / "d.jsonl"))).options(runner="process")

@@ -27,6 +27,7 @@ from multiprocessing.reduction import ForkingPickler
 
 from zephon.runners import handover
 from zephon.runners.base import Executor, Held, InlineExecutor, Runner
+from zephon.runners.mainguard import check_main_is_guarded
 from zephon.runners.priority import PriorityGate
 
 STARTING = "the start of the worker processes (each loads the work: its tokenizer)"
@@ -166,6 +167,7 @@ class ProcessExecutor(PriorityGate):
     """
 
     def __init__(self, work, parallelism: int, timeout: float, shared_memory: str | None = handover.SHM):
+        check_main_is_guarded()
         ship = handover.prefix(shared_memory) if shared_memory else None
         pool = ProcessPoolExecutor(
             parallelism,
