@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 
 import psutil
 import pytest
@@ -21,6 +22,7 @@ from zephon.io import DataError
 from zephon.testing import drain, take, write_jsonl
 from zephon.testing.functions import (
     ORPHAN_SCRIPT,
+    TwoArgumentError,
     failing_on_seven,
     raises_two_argument_error,
     rename_content,
@@ -128,14 +130,42 @@ def test_a_cache_folder_that_cannot_be_written_is_named(tmp_path):
         BlockCache(str(blocked / "cache"), 1 << 20, 4096)
 
 
-def test_an_error_a_worker_process_cannot_send_back_keeps_its_message(corpus, gpt2):
+@pytest.mark.parametrize("runner", ["thread", "process"])
+def test_an_error_whose_class_takes_other_arguments_keeps_its_type_message_and_record(corpus, gpt2, runner):
     ds = Dataset.from_path("synthetic", corpus)
-    pipeline = Pipeline(ds).options(runner="process").map(raises_two_argument_error).tokenize(gpt2)
-    with pytest.raises(RuntimeError) as caught:
+    pipeline = Pipeline(ds).options(runner=runner).map(raises_two_argument_error).tokenize(gpt2)
+    with pytest.raises(TwoArgumentError) as caught:
         drain(pipeline.pack_flat(16).batch(1), 1)
-    message = str(caught.value)
-    assert message.startswith("zephon.testing.functions.TwoArgumentError: bad record at 7-0"), message
-    assert "part-0.jsonl, line 1" in message and message.endswith("(raised in a worker process)"), message
+    assert str(caught.value) == "bad record at 7-0"
+    text = "".join(traceback.format_exception_only(caught.type, caught.value))
+    assert "part-0.jsonl, line 1" in text, text
+
+
+def test_an_error_that_cannot_be_unpickled_comes_back_from_a_worker_process_as_itself():
+    from concurrent.futures.process import _RemoteTraceback
+
+    from zephon.runners.process import ProcessExecutor
+
+    executor = ProcessExecutor(raises_two_argument_error, 1, timeout=600.0)
+    try:
+        deadline = time.monotonic() + 60
+        while not executor.pool_up and time.monotonic() < deadline:
+            time.sleep(0.05)  # the first units would run in this process
+        error = executor.submit({"id": 3}).exception(60)
+        again = executor.submit({"id": 4}).exception(60)
+    finally:
+        executor.shutdown()
+    assert isinstance(error.__cause__, _RemoteTraceback), "it was raised in a worker process"
+    assert isinstance(error, TwoArgumentError) and str(error) == "bad record at 3"
+    assert isinstance(again, TwoArgumentError) and str(again) == "bad record at 4", "the pool lives on"
+
+
+def test_an_error_whose_class_the_parent_cannot_import_comes_back_as_its_text():
+    from zephon.runners.process import _rebuild
+
+    error = _rebuild("no_such_module", "Gone", ("why",), {}, "why", "no_such_module.Gone: why")
+    assert type(error) is RuntimeError
+    assert str(error) == "no_such_module.Gone: why (raised in a worker process)"
 
 
 # -- stuck workers, orphans, leaks ----------------------------------------------------------------
@@ -154,28 +184,57 @@ def _workers() -> list[psutil.Process]:
     return live
 
 
-def test_a_stopped_worker_is_reported_with_what_it_was_reading(tmp_path, gpt2):
+def _stopped_worker_run(tmp_path, gpt2, timeout: float):
     write_jsonl(str(tmp_path / "d.jsonl"), [{"text": f"document {i} " * 40} for i in range(4000)])
     ds = Dataset.from_path("d", str(tmp_path / "d.jsonl"), exhausted="repeat")
-    pipeline = Pipeline(ds).options(runner="process", worker_timeout=2, chunk_bytes=8 << 10)
-    pipeline = pipeline.tokenize(gpt2, parallelism=1).pack_flat(64).batch(1)
-    iterator = iter(pipeline)
-    next(iterator)
-    stopped = _workers()
-    assert stopped, "the process runner has workers"
-    for p in stopped:
+    pipeline = Pipeline(ds).options(runner="process", worker_timeout=timeout, chunk_bytes=8 << 10)
+    return pipeline.tokenize(gpt2, parallelism=1).pack_flat(64).batch(1)
+
+
+def _seconds_to_fail_after_stopping(pipeline, iterator, workers, message) -> float:
+    for p in workers:
         p.send_signal(signal.SIGSTOP)
     try:
         start = time.monotonic()
-        message = r"dataset 'd' \(shard 0, .* has not come back from the workers in 2 s"
         with pytest.raises(TimeoutError, match=message):
             for _ in range(10**6):
                 next(iterator)
-        print(f"\nreported {time.monotonic() - start:.1f} s after the worker stopped")
+        return time.monotonic() - start
     finally:
-        for p in stopped:
+        for p in workers:
             p.send_signal(signal.SIGCONT)
         pipeline.close()
+
+
+def test_a_stopped_worker_is_reported_with_its_file_soon_after_worker_timeout(tmp_path, gpt2):
+    from zephon.runners.process import STARTING
+
+    pipeline = _stopped_worker_run(tmp_path, gpt2, timeout=5)
+    iterator = iter(pipeline)
+    executor = pipeline._run._delivery.executor
+    deadline = time.monotonic() + 60
+    while executor.stuck(0) is STARTING and time.monotonic() < deadline:
+        next(iterator)  # until the workers have started and are reading
+    workers = _workers()
+    assert workers and executor.stuck(0) is not STARTING, "the process runner's workers are up"
+    message = r"lane \d+: dataset 'd', .*/d\.jsonl, bytes \[\d+, \d+\) has not come back .* in 5 s: a worker"
+    seconds = _seconds_to_fail_after_stopping(pipeline, iterator, workers, message)
+    print(f"\nreported {seconds:.1f} s after the worker stopped")
+    assert seconds < 5 + 2, "timed from when the worker took the chunk, not from when the lane waited"
+
+
+def test_a_worker_stopped_while_starting_is_reported_soon_after_worker_timeout(tmp_path, gpt2):
+    pipeline = _stopped_worker_run(tmp_path, gpt2, timeout=3)
+    iterator = iter(pipeline)
+    deadline = time.monotonic() + 60
+    while not _workers() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    workers = _workers()
+    assert workers and not pipeline._run._delivery.executor.pool_up, "a worker process, not up yet"
+    message = r"the start of the worker processes \(each loads the work: its tokenizer\) has not ended in 3 s"
+    seconds = _seconds_to_fail_after_stopping(pipeline, iterator, workers, message)
+    print(f"\nreported {seconds:.1f} s after the worker stopped")
+    assert seconds < 3 + 2, "the start is timed from when the pool was made, not after it"
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
@@ -197,6 +256,42 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+SCRIPT = """import sys
+from zephon import Dataset, Pipeline
+from zephon.testing import take
+
+def main():
+    pipeline = Pipeline(Dataset.from_path("d", sys.argv[1])).options(runner="process")
+    take(pipeline.tokenize(sys.argv[2], parallelism=1).pack_flat(64).batch(1), 3)
+    print("done")
+"""
+
+
+def test_a_script_without_a_main_guard_is_told_at_once_what_to_add(tmp_path, corpus, gpt2):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT + "main()\n")
+    result = subprocess.run(
+        [sys.executable, str(script), corpus, gpt2], capture_output=True, text=True, timeout=120
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and "done" not in result.stdout, result.stderr[-3000:]
+    assert lines[-1] == (
+        f"ValueError: runner='process': {script}, line 9 starts worker processes from the top level of "
+        "the script, and each worker imports the script again, so it would run that line again: put the "
+        'script\'s code under `if __name__ == "__main__":` (or use runner="thread")'
+    )
+    assert len(lines) < 30 and "multiprocessing" not in result.stderr, result.stderr
+
+
+def test_a_script_with_a_main_guard_runs_on_process_workers(tmp_path, corpus, gpt2):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT + 'if __name__ == "__main__":\n    main()\n')
+    result = subprocess.run(
+        [sys.executable, str(script), corpus, gpt2], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout == "done\n" and not result.stderr, result.stderr[-3000:]
 
 
 def test_a_finished_run_lets_its_workers_go(tmp_path, gpt2):

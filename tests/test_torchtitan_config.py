@@ -264,6 +264,117 @@ def test_replay_of_a_step_from_the_recipe_matches_a_two_rank_run(tmp_path, capsy
     assert list(saved["datasets"]) == ["kjv"]
 
 
+GEOMETRY = ["--global-batch-size", "16", "--seq-len", "128", "--local-batch-size", "2"]
+
+
+def _replay_error(capsys, *args: str, code: int = 1) -> str:
+    """The one line ``python -m zephon.replay --recipe ... args`` ends with, exiting ``code``."""
+    from zephon import replay
+
+    if code == 2:  # a usage error: argparse exits
+        with pytest.raises(SystemExit) as caught:
+            replay.main(list(args))
+        assert caught.value.code == 2
+    else:
+        assert replay.main(list(args)) == code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    return err.strip().splitlines()[-1]
+
+
+def test_replay_of_step_0_is_a_usage_error_without_a_traceback(capsys):
+    line = _replay_error(capsys, "--recipe", DEBUG, *GEOMETRY, "--step", "0", code=2)
+    assert line == "python -m zephon.replay: error: argument --step: 0: steps count from 1"
+
+
+def test_replay_refuses_a_checkpoint_folder_that_does_not_exist_naming_it(tmp_path, capsys):
+    missing = str(tmp_path / "checkpoint")
+    line = _replay_error(capsys, "--recipe", DEBUG, *GEOMETRY, "--step", "3", "--checkpoint", missing, code=2)
+    assert line == (
+        f"python -m zephon.replay: error: --checkpoint {missing}: no such folder; give the folder of the "
+        "job's step-K checkpoints"
+    )
+
+
+@pytest.mark.parametrize("damaged", [".metadata", "__0_0.distcp"])
+def test_replay_names_a_damaged_checkpoint_file_and_what_to_do(tmp_path, capsys, damaged):
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    folder = tmp_path / "checkpoint" / "step-2"
+    with warnings.catch_warnings():  # no process group: saved by this process alone
+        warnings.simplefilter("ignore")
+        dcp.save({"dataloader": {"dp_rank_0": b"state"}}, checkpoint_id=str(folder))
+    (folder / damaged).write_bytes(b"\x80\x04 not a pickle")
+    line = _replay_error(
+        capsys, "--recipe", DEBUG, *GEOMETRY, "--step", "3", "--checkpoint", str(folder.parent)
+    )
+    assert line.startswith(
+        f"python -m zephon.replay: error: checkpoint {folder} cannot be read: {folder / damaged}: "
+    )
+    assert line.endswith(
+        "It is damaged or incomplete (a save cut short?): move it aside, and the replay starts from the "
+        "checkpoint before it (or the start)"
+    )
+
+
+def _stopping_recipe(folder, path: str | None = None) -> str:
+    from zephon.testing.jobs import ROOT, recipe_copy
+
+    changes = {'exhausted = "repeat"': 'exhausted = "stop"'}
+    if path is not None:
+        changes[f'path = "{ROOT}/assets/debug_corpus"'] = f'path = "{path}"'
+    return recipe_copy(str(folder), **changes)
+
+
+def test_replay_of_a_step_past_what_the_bytes_of_stopping_data_hold_is_refused_at_once(tmp_path, capsys):
+    import time
+
+    from zephon import replay
+    from zephon.testing import synthetic_documents, write_jsonl
+    from zephon.torchtitan.recipe import build_pipeline
+
+    data = str(tmp_path / "d.jsonl")
+    write_jsonl(data, synthetic_documents(300, seed=7))
+    recipe = _stopping_recipe(tmp_path, data)
+    start = time.monotonic()
+    line = _replay_error(capsys, "--recipe", recipe, *GEOMETRY, "--step", "10000000")
+    assert time.monotonic() - start < 10
+    size = os.path.getsize(data)
+    assert line == (
+        "python -m zephon.replay: error: step 10000000 lies past the data: the recipe's datasets stop "
+        f'(exhausted = "stop") and their {size:,} bytes make at most 1,064 steps of 16 rows (at most 19 '
+        "tokens a byte): replay an earlier step"
+    )
+    pipeline = build_pipeline(load_recipe(recipe), dp_rank=0, dp_world_size=1, seq_len=128, microbatch_size=2)
+    rows = sum(len(b.tokens) for b in pipeline)
+    assert 0 < rows <= replay.data_bound(pipeline)[0], "a bound: never below what the data holds"
+
+
+def test_replay_of_a_step_past_where_a_lane_ends_says_which_steps_the_data_holds(tmp_path, capsys, caplog):
+    import logging
+
+    from zephon import replay
+
+    caplog.set_level(logging.INFO)
+    recipe = _stopping_recipe(tmp_path)  # Parquet: its bytes bound nothing, the run finds the end
+    line = _replay_error(capsys, "--recipe", recipe, *GEOMETRY, "--step", "10000000")
+    assert "zephon: replay: step 10000000: making the 79999992 batches before it (8 per step)" in caplog.text
+    held = 184
+    assert line == (
+        f"python -m zephon.replay: error: step 10000000 lies past the data: lane 1 ended after {held} "
+        f'batches (its datasets stop: exhausted = "stop"), so at this batch size the data holds {held} '
+        f"steps: replay step {held} or earlier"
+    )
+    assert replay.main(["--recipe", recipe, *GEOMETRY, "--step", str(held)]) == 0
+    assert f"step {held}: digest " in capsys.readouterr().out
+    line = _replay_error(capsys, "--recipe", recipe, *GEOMETRY, "--step", str(held + 1))
+    assert line.startswith(
+        f"python -m zephon.replay: error: step {held + 1} lies past the data: lane 1 ended"
+    )
+
+
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [

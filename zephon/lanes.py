@@ -67,14 +67,23 @@ class ChunkWork:
             op.prepare()
 
     def where(self, chunk: Chunk, record: int | None) -> str:
-        name = self.names[chunk.dataset]
+        read = self.ops[0]
+        dataset = read.datasets[chunk.dataset]
         if record is not None:
-            read = self.ops[0]
             try:
-                return f"dataset {name!r}, {read.datasets[chunk.dataset].locate(chunk, record, read.io)}"
+                return f"dataset {dataset.name!r}, {dataset.locate(chunk, record, read.io)}"
             except Exception:  # the location is a courtesy: the chunk still says where
                 pass
-        return f"dataset {name!r} (shard {chunk.shard}, [{chunk.start}, {chunk.stop}))"
+        return chunk_where(dataset, chunk, read.io)
+
+
+def chunk_where(dataset, chunk: Chunk, io=None) -> str:
+    """``dataset 'name', FILE, bytes [a, b)``: where ``chunk`` is (by shard number, should the
+    file's name be unknown here)."""
+    try:
+        return f"dataset {dataset.name!r}, {dataset.span(chunk, io)}"
+    except Exception:  # the location is a courtesy: the chunk still says where
+        return f"dataset {dataset.name!r} (shard {chunk.shard}, [{chunk.start}, {chunk.stop}))"
 
 
 class _SkipLog:
@@ -125,22 +134,39 @@ class ChunkStreams:
         if not future.done():
             self.executor.hurry(future)  # read ahead for later, needed now
         try:
-            return future.result(timeout=self.timeout)
-        except TimeoutError:
-            raise TimeoutError(
-                f"lane {self.lane}: {self._where(dataset, k)} has not come back from the workers in "
-                f"{self.timeout:g} s: a worker is stuck (stopped, or swapping?). If a chunk can take "
-                "that long, raise the option worker_timeout"
-            ) from None
+            return self._wait(future)
         except BrokenExecutor as e:
             raise RuntimeError(
                 f"lane {self.lane}: a worker died while on {self._where(dataset, k)} ({e})"
             ) from e
 
+    def _wait(self, future: Future) -> Any:
+        """``future``'s result; a TimeoutError once a unit has been with the workers for
+        ``timeout`` seconds: timed from when the workers took it, not from when the lane began
+        to wait (the lane may be busy while the workers are stuck, or wait for a unit still queued
+        behind the stuck ones)."""
+        if self.timeout is None:
+            return future.result()
+        poll = min(1.0, self.timeout / 20)
+        while True:
+            try:
+                return future.result(timeout=poll)
+            except TimeoutError:
+                held = self.executor.stuck(self.timeout)
+                if held is None:
+                    continue
+            if isinstance(held, Chunk):  # else the start of the workers
+                where = chunk_where(self.plan.source.datasets[held.dataset], held)
+                what = f"{where} has not come back from the workers"
+            else:
+                what = f"{held} has not ended"
+            raise TimeoutError(
+                f"lane {self.lane}: {what} in {self.timeout:g} s: a worker is stuck (stopped, or "
+                "swapping?). If that can take so long, raise the option worker_timeout"
+            )
+
     def _where(self, dataset: int, k: int) -> str:
-        chunk = self.plan.chunk(dataset, self.lane, k)
-        name = self.plan.source.datasets[dataset].name
-        return f"dataset {name!r} (shard {chunk.shard}, [{chunk.start}, {chunk.stop}))"
+        return chunk_where(self.plan.source.datasets[dataset], self.plan.chunk(dataset, self.lane, k))
 
     def prime(self, state: MixState) -> None:
         """Hand the workers the chunks a lane starting at ``state`` reads first, without waiting."""

@@ -18,14 +18,19 @@ each row, its lane, batch index, row, source datasets (tokens of each) and first
 The stream of each lane does not depend on the DP size, so the replay runs every lane in this
 process, DP size 1. It starts from the job's latest checkpoint before the step (``step-K`` under
 ``<dump_folder>/<checkpoint.folder>``, or ``--checkpoint``) when there is one, else from the
-start, and logs its progress while it makes the steps in between. With ``[data] skip_steps`` in
-the job, ``--step`` is the training step, and the replay skips the data the run skipped.
+start, and logs its progress (rate, ETA) while it makes the steps in between. With ``[data]
+skip_steps`` in the job, ``--step`` is the training step, and the replay skips the data the run
+skipped. A step past the data of datasets that stop is refused: at once where the bytes of their
+files bound the steps (JSON lines, text), else as soon as a lane ends. What the replay cannot do
+(a damaged checkpoint, a step past the data) is said in one line, exit status 1; a wrong
+argument (``--step 0``, a ``--checkpoint`` folder that does not exist) exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import itertools
 import logging
 import os
 import re
@@ -75,16 +80,35 @@ def from_job(path: str, dump_folder: str | None, overrides: list[str] = ()) -> S
     )  # fmt: skip
 
 
-def checkpoint_before(folder: str | None, step: int) -> tuple[int, str] | None:
-    """The latest ``step-K`` checkpoint in ``folder`` with K < ``step``: (K, its path)."""
+class ReplayError(ValueError):
+    """What the replay cannot do, and what to do instead: the command prints it and exits 1."""
+
+
+def checkpoint_before(folder: str | None, step: int, given: bool = False) -> tuple[int, str] | None:
+    """The latest ``step-K`` checkpoint in ``folder`` with K < ``step``: (K, its path). ``folder``
+    may be a ``step-K`` checkpoint itself. A ``given`` folder (``--checkpoint``) that does not exist
+    or holds no ``step-K`` checkpoint is refused: else the replay would start from the start."""
     if not folder or not os.path.isdir(folder):
+        if given:
+            raise ReplayError(
+                f"--checkpoint {folder}: no such folder; give the folder of the job's step-K checkpoints"
+            )
         return None
-    found = []
-    for path in glob.glob(os.path.join(folder, "step-*")):
-        match = re.fullmatch(r"step-(\d+)", os.path.basename(path))
-        if match and int(match.group(1)) < step and os.path.isdir(path):
-            found.append((int(match.group(1)), path))
-    return max(found) if found else None
+    itself = re.fullmatch(r"step-(\d+)", os.path.basename(os.path.normpath(folder)))
+    if itself and os.path.exists(os.path.join(folder, ".metadata")):
+        found = [(int(itself.group(1)), folder)]
+    else:
+        found = []
+        for path in glob.glob(os.path.join(folder, "step-*")):
+            match = re.fullmatch(r"step-(\d+)", os.path.basename(path))
+            if match and os.path.isdir(path):
+                found.append((int(match.group(1)), path))
+    if given and not found:
+        raise ReplayError(
+            f"--checkpoint {folder} holds no step-K checkpoint folder: give the folder that holds them "
+            "(<dump_folder>/<checkpoint.folder>) or one step-K folder"
+        )
+    return max(((k, path) for k, path in found if k < step), default=None)
 
 
 def loader_state(path: str) -> dict[str, str]:
@@ -92,22 +116,42 @@ def loader_state(path: str) -> dict[str, str]:
     import warnings
 
     from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-    keys = {
-        k for k in FileSystemReader(path).read_metadata().state_dict_metadata if k.startswith("dataloader.")
-    }
+    try:
+        metadata = FileSystemReader(path).read_metadata()
+    except Exception as e:
+        raise _damaged(path, os.path.join(path, ".metadata"), e) from e
+    keys = {k for k in metadata.state_dict_metadata if k.startswith("dataloader.")}
     if not keys:
-        raise ValueError(
-            f"checkpoint {path} holds no dataloader state (was it saved with model weights only?)"
+        raise ReplayError(
+            f"checkpoint {path} holds no dataloader state (was it saved with model weights only?): "
+            "move it aside, and the replay starts from the checkpoint before it (or the start)"
         )
-    with warnings.catch_warnings():  # "no process group: loading in a single process" is the intent
-        warnings.simplefilter("ignore", UserWarning)
-        return _load_state_dict_from_keys(keys=keys, checkpoint_id=path)["dataloader"]
+    try:
+        with warnings.catch_warnings():  # "no process group: loading in a single process" is the intent
+            warnings.simplefilter("ignore", UserWarning)
+            return _load_state_dict_from_keys(keys=keys, checkpoint_id=path)["dataloader"]
+    except (Exception, CheckpointException) as e:  # DCP's own is a BaseException
+        files = glob.glob(os.path.join(path, "*.distcp"))
+        raise _damaged(path, files[0] if len(files) == 1 else os.path.join(path, "*.distcp"), e) from e
 
 
-def replay(setup: Setup, step: int) -> tuple[list[Batch], object, str]:
-    """Step ``step``'s batches (1-based, in delivery order), the pipeline, and where it began."""
+def _damaged(path: str, file: str, error: BaseException) -> ReplayError:
+    failures = getattr(error, "failures", None)  # DCP's: {rank: (error, its traceback)}
+    if failures:
+        error = next(iter(failures.values()))[0]
+    return ReplayError(
+        f"checkpoint {path} cannot be read: {file}: {type(error).__name__}: {error}. It is damaged or "
+        "incomplete (a save cut short?): move it aside, and the replay starts from the checkpoint "
+        "before it (or the start)"
+    )
+
+
+def replay(setup: Setup, step: int, given_checkpoint: bool = False) -> tuple[list[Batch], object, str]:
+    """Step ``step``'s batches (1-based, in delivery order), the pipeline, and where it began.
+    ``given_checkpoint``: ``setup.checkpoints`` was named by the user (it must exist)."""
     from zephon.torchtitan.dataloader import ZephonDataLoader
 
     if step < 1:
@@ -123,27 +167,22 @@ def replay(setup: Setup, step: int) -> tuple[list[Batch], object, str]:
     per_lane = batches_per_lane(setup.global_batch_size, pipeline.opts.num_lanes, setup.local_batch_size)
     per_step = per_lane * pipeline.opts.num_lanes
     start, began = 0, "the start of the run"
-    found = checkpoint_before(setup.checkpoints, step)
+    found = checkpoint_before(setup.checkpoints, step, given_checkpoint)
+    skips = loader.skips
     if found is not None:
         start, path = found
         loader.load_state_dict(loader_state(path))
         began = f"checkpoint {path}"
-    skip = 0  # batches to make and drop: the steps between, and the data of skipped steps
-    for t in range(start + 1, step + 1):
-        due = loader.skips.due(t)
-        if due is not None:
-            loader.skips.apply(due)
-            skip += (due[1] - due[0] + 1) * per_step
-        skip += per_step if t < step else 0
-    data_step = step + loader.skips.data_steps
+    skip = (step - 1 - start) * per_step  # batches to make and drop: the steps between ...
+    for r in _due(skips, start, step):  # ... and the data of skipped steps
+        skips.apply(r)
+        skip += (r[1] - r[0] + 1) * per_step
+    data_step = step + skips.data_steps
+    _check_within_data(pipeline, step, data_step, setup.global_batch_size)
     if data_step != step:
         began += f"; step {step} trains on the data of step {data_step} of a run without skips"
-    it = iter(pipeline)
-    progress = Progress(f"replay: steps {start + 1}-{step - 1} before step {step}", skip, "batches")
-    for _ in range(skip):
-        next(it)
-        progress.update()
-    batches = [next(it) for _ in range(per_step)]
+    what = f"step {step}" + (f" (data step {data_step})" if data_step != step else "")
+    batches = _make(pipeline, skip, per_step, per_lane, what, data_step - step)
     pipeline.close()
     first = {b.index // per_lane for b in batches}
     if first != {data_step - 1}:  # a checkpoint from another schedule would shift the indices
@@ -151,6 +190,87 @@ def replay(setup: Setup, step: int) -> tuple[list[Batch], object, str]:
             f"replay reached the data of steps {sorted(s + 1 for s in first)}, not {data_step}"
         )
     return batches, pipeline, began
+
+
+def _due(skips, start: int, step: int) -> list[tuple[int, int]]:
+    """The skip ranges applied before training steps ``start + 1`` to ``step`` get their data."""
+    return [r for r in skips.configured if start < r[0] <= step and skips.due(r[0]) == r]
+
+
+def _make(pipeline, skip: int, per_step: int, per_lane: int, what: str, shift: int) -> list[Batch]:
+    """Make and drop ``skip`` batches, logging progress; the next ``per_step`` batches. Lanes
+    deliver in turn, each its next batch: a lane that misses its turn has ended. ``shift``: data
+    steps skipped before the step."""
+    lanes = pipeline.owned_lanes
+    if skip:
+        log.info("zephon: replay: %s: making the %d batches before it (%d per step)", what, skip, per_step)
+    progress = Progress(f"replay: batches before {what}", skip, "batches")
+    batches, it = [], iter(pipeline)
+    for n, lane in zip(range(skip + per_step), itertools.cycle(lanes), strict=False):
+        batch = next(it, None)
+        if batch is None or batch.lane != lane:
+            raise _data_ended(pipeline, lane, what, per_lane, shift)
+        if n < skip:
+            progress.update()
+        else:
+            batches.append(batch)
+    return batches
+
+
+def _data_ended(pipeline, lane: int, what: str, per_lane: int, shift: int) -> ReplayError:
+    index = pipeline.state_dict()["lanes"][str(lane)]["index"]
+    pipeline.close()
+    held = index // per_lane
+    last = f"replay step {held - shift} (data step {held})" if shift else f"replay step {held}"
+    holds = f"holds {_count(held, 'step')}: {last} or earlier" if held > shift else "holds no whole step"
+    return ReplayError(
+        f"{what} lies past the data: lane {lane} ended after {_count(index, 'batch')} (its datasets "
+        f'stop: exhausted = "stop"), so at this batch size the data {holds}'
+    )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "es" if noun.endswith("ch") else "s")
+
+
+# Tokens a tokenizer makes of one byte of text, at most: a BPE or byte-level token covers at least
+# a byte; normalizers can widen text (NFKC makes 18 characters of one 3-byte one, byte fallback up
+# to 4 tokens of a character), 12 tokens a byte at worst. Each record adds at most 3 (BOS, EOS, a
+# prefix space), and a line format has at most one record per byte.
+TOKENS_PER_BYTE = 16 + 3
+
+
+def data_bound(pipeline) -> tuple[int, int] | None:
+    """(rows, bytes): at most how many rows all lanes together can make, where that follows from
+    the bytes of the files: every dataset stops, is read as lines (JSON lines, text; decompressed
+    bytes), and no ``map`` or image operator can make more text than a record holds. Else None."""
+    from zephon.ops import Images, Map
+
+    datasets, io = pipeline.source.datasets, pipeline.opts.io
+    if any(d.exhausted != "stop" for d in datasets) or any(
+        isinstance(op, Map | Images) for op in pipeline.operators
+    ):
+        return None
+    if any(d.plain_format(io).unit != "bytes" for d in datasets):
+        return None
+    nbytes = sum(shard.size for d in datasets for shard in d.plain_shards(io))
+    ops = pipeline.lane_ops()
+    rows = TOKENS_PER_BYTE * nbytes // ops.pack.row_len + pipeline.opts.num_lanes  # a last part row each
+    if ops.pack.algorithm != "wrap":
+        rows += nbytes  # best-fit rows may end in padding: at most one more row per document
+    return rows, nbytes
+
+
+def _check_within_data(pipeline, step: int, data_step: int, rows_per_step: int) -> None:
+    """Refuse at once a step that no lane can reach, where the bytes of the data bound it."""
+    bound = data_bound(pipeline)
+    if bound is not None and data_step > bound[0] // rows_per_step:
+        steps = bound[0] // rows_per_step
+        raise ReplayError(
+            f'step {step} lies past the data: the recipe\'s datasets stop (exhausted = "stop") and their '
+            f"{bound[1]:,} bytes make at most {steps:,} steps of {rows_per_step} rows (at most "
+            f"{TOKENS_PER_BYTE} tokens a byte): replay an earlier step"
+        )
 
 
 def describe(batches: list[Batch], pipeline, tokens: int) -> list[str]:
@@ -197,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--job", help="a TorchTitan job config (train_configs/NAME.toml)")
     what.add_argument("--recipe", help="a data recipe (zephon_recipes/NAME.toml), with the batch geometry")
-    parser.add_argument("--step", type=int, required=True, help="the optimizer step, from 1")
+    parser.add_argument("--step", type=_step, required=True, help="the optimizer step, from 1")
     parser.add_argument("--dump_folder", help="the job's dump folder (default: the job config's)")
     parser.add_argument("--checkpoint", help="a folder of step-K checkpoints (default: the job's)")
     parser.add_argument("--global-batch-size", type=int)
@@ -208,6 +328,29 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parser.parse_known_args(argv)
     if overrides and not args.job:
         parser.error(f"unrecognized arguments: {' '.join(overrides)}")
+    try:
+        return _replay_and_print(parser, args, overrides)
+    except ReplayError as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _step(text: str) -> int:
+    try:
+        step = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step number") from None
+    if step < 1:
+        raise argparse.ArgumentTypeError(f"{step}: steps count from 1")
+    return step
+
+
+def _replay_and_print(parser, args, overrides) -> int:
+    if args.checkpoint:  # before the minutes of planning
+        try:
+            checkpoint_before(args.checkpoint, args.step, given=True)
+        except ReplayError as e:
+            parser.error(str(e))
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.job:
         setup = from_job(args.job, args.dump_folder, overrides)
@@ -222,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.checkpoint:
         setup.checkpoints = args.checkpoint
-    batches, pipeline, began = replay(setup, args.step)
+    batches, pipeline, began = replay(setup, args.step, given_checkpoint=bool(args.checkpoint))
     digest = global_step_digest(batches)
     print(f"step {args.step}: digest {digest}")
     print(f"  {len(batches)} batches of {batches[0].tokens.shape[0]} rows, replayed from {began}")

@@ -204,6 +204,13 @@ class Dataset:
         )
         return f"{url}, line {line}"
 
+    def span(self, chunk: Chunk, io: IOConfig | None = None) -> str:
+        """Which part of which file ``chunk`` is: ``URL, rows [a, b)`` or ``URL, bytes [a, b)``."""
+        url, fmt = self.shards(io)[chunk.shard].url, self.file_format(io)
+        unit = self.plain_format(io).unit
+        copy = " of its decompressed copy" if unit == "bytes" and fmt.compression is not None else ""
+        return f"{url}, {unit} [{chunk.start}, {chunk.stop}){copy}"
+
     def fingerprint(self, io: IOConfig | None = None) -> dict:
         """What shapes this dataset's data (see zephon.fingerprint)."""
         from zephon.fingerprint import of_dataset

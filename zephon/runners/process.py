@@ -6,26 +6,31 @@ heavy state such as a tokenizer is loaded once per worker. Workers are started w
 
 Workers end when the process that made the pool ends, however it ends (a watcher thread in each
 worker waits on it), so a killed training process leaves no worker behind; the fork server goes
-with its last worker. An error a worker raises reaches the caller even when it cannot travel
-between processes as it is (then as a RuntimeError carrying its text). Large results come back
-through shared memory (``zephon.runners.handover``), not the pool's pipe.
+with its last worker. An error a worker raises reaches the caller as an error of its type and
+message even when pickle alone cannot rebuild it (else as a RuntimeError carrying its text).
+Large results come back through shared memory (``zephon.runners.handover``), not the pool's pipe.
 """
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import pickle
 import select
+import sys
 import threading
 import time
 import traceback
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from multiprocessing.reduction import ForkingPickler
 
 from zephon.runners import handover
-from zephon.runners.base import Executor, InlineExecutor, Runner
+from zephon.runners.base import Executor, Held, InlineExecutor, Runner
+from zephon.runners.mainguard import check_main_is_guarded
 from zephon.runners.priority import PriorityGate
 
+STARTING = "the start of the worker processes (each loads the work: its tokenizer)"
 _WORK = None  # the work function of this worker process
 _SHIP = None  # where this worker puts large results for the pool's owner (handover.prefix)
 
@@ -71,21 +76,57 @@ def _alive(pid: int) -> bool:
 
 
 def _run(unit):
-    return handover.ship(_call(_WORK, unit), _SHIP)
-
-
-def _call(work, unit):
-    """``work(unit)``; an error that could not travel back from a worker becomes its text (the
-    same wherever the unit ran)."""
     try:
-        return work(unit)
+        result = _WORK(unit)
     except BaseException as e:
-        try:
-            pickle.loads(pickle.dumps(e))
-        except Exception:  # it would break the pool on its way back: send its text instead
-            text = "".join(traceback.format_exception_only(type(e), e)).strip()
-            raise RuntimeError(f"{text} (raised in a worker process)") from None
+        _fit_to_travel(e)
         raise
+    return handover.ship(result, _SHIP)
+
+
+def _fit_to_travel(error: BaseException) -> None:
+    """Have ``error`` reach the pool's owner as an error of its own type and message, even where
+    pickle alone cannot rebuild it (a class whose constructor takes other arguments than its
+    message): unpickling it there would break the pool. Errors of its class go by their parts."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        ForkingPickler.register(type(error), _by_parts)
+
+
+def _by_parts(error: BaseException):
+    """Pickle ``error`` as its class's name, args, attributes (notes included) and text."""
+    cls, message = type(error), str(error)
+    text = "".join(traceback.format_exception_only(cls, error)).strip()
+    state = {k: v for k, v in getattr(error, "__dict__", {}).items() if _picklable(v)}
+    args = error.args if _picklable(error.args) else (message,)
+    return _rebuild, (cls.__module__, cls.__qualname__, args, state, message, text)
+
+
+def _picklable(value) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:
+        return False
+    return True
+
+
+def _rebuild(module: str, qualname: str, args: tuple, state: dict, message: str, text: str) -> BaseException:
+    """The error a worker raised, made without its constructor; where its class cannot be found
+    here or the result would say something else, a RuntimeError that carries its text. Never
+    raises: an error here would break the pool."""
+    try:
+        cls = sys.modules.get(module) or importlib.import_module(module)
+        for name in qualname.split("."):
+            cls = getattr(cls, name)
+        error = cls.__new__(cls, *args)
+        error.args = args
+        error.__dict__.update(state)
+        if isinstance(error, BaseException) and str(error) == message:
+            return error
+    except Exception:
+        pass
+    return RuntimeError(f"{text} (raised in a worker process)")
 
 
 def check_picklable(work) -> bytes:
@@ -126,6 +167,7 @@ class ProcessExecutor(PriorityGate):
     """
 
     def __init__(self, work, parallelism: int, timeout: float, shared_memory: str | None = handover.SHM):
+        check_main_is_guarded()
         ship = handover.prefix(shared_memory) if shared_memory else None
         pool = ProcessPoolExecutor(
             parallelism,
@@ -139,15 +181,17 @@ class ProcessExecutor(PriorityGate):
         def submit(unit) -> Future:
             if not self.pool_up and time.monotonic() - started > timeout:  # stuck starting
                 self._open(limit)  # the pool's watchdog then says so
-            return pool.submit(_run, unit) if self.pool_up else here.submit(_call, work, unit)
+            future = pool.submit(_run, unit) if self.pool_up else here.submit(work, unit)
+            return self.held.track(unit, future)
 
         def shutdown() -> None:
             here.shutdown(wait=False, cancel_futures=True)
             pool.shutdown(wait=False, cancel_futures=True)
 
-        self.pool, self.ship = pool, ship
+        self.pool, self.ship, self.held = pool, ship, Held()
         super().__init__(submit, 1, shutdown)  # one at a time here until the pool is up
-        pool.submit(_up).add_done_callback(lambda _: self._open(limit))  # failed: up too
+        starting = self.held.track(STARTING, pool.submit(_up))  # the watchdog times the start too
+        starting.add_done_callback(lambda _: self._open(limit))  # failed: up too
 
     def _feed(self) -> None:
         super()._feed()
@@ -157,6 +201,9 @@ class ProcessExecutor(PriorityGate):
         if self.ship is not None:
             self.pool.shutdown(wait=True)
             handover.remove_all(self.ship)
+
+    def stuck(self, timeout: float):
+        return self.held.longest(timeout)
 
     def _open(self, limit: int) -> None:
         """The pool is up (or will never be): it takes the work, ``limit`` units at a time."""

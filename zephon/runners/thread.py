@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from zephon.runners.base import Executor, InlineExecutor, Runner
+from zephon.runners.base import Executor, Held, InlineExecutor, Runner
 from zephon.runners.priority import PriorityGate
 
 
@@ -20,11 +20,15 @@ class ThreadExecutor(PriorityGate):
     def __init__(self, work, parallelism: int):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         pool = ThreadPoolExecutor(parallelism, thread_name_prefix="zephon-work")
+        self.held = Held()
         super().__init__(
-            lambda unit: pool.submit(work, unit),
+            lambda unit: self.held.track(unit, pool.submit(work, unit)),
             parallelism,
             lambda: pool.shutdown(wait=False, cancel_futures=True),
         )
+
+    def stuck(self, timeout: float):
+        return self.held.longest(timeout)
 
 
 class ThreadRunner(Runner):
