@@ -143,3 +143,132 @@ def test_several_processes_share_one_cache_folder_safely(tmp_path):
     again = reader(0)
     out, err = again.communicate(timeout=120)
     assert again.returncode == 0 and int(out) == 0, "a later reader finds every block the others cached"
+
+
+def _entries(directory) -> list[str]:
+    return [os.path.join(d, f) for d, _, fs in os.walk(directory) for f in fs if f.endswith(".blk")]
+
+
+def test_eviction_passes_over_an_entry_another_process_dropped_meanwhile(tmp_path, monkeypatch):
+    cache, remote = BlockCache(str(tmp_path), 16 * 1024, 4096), Remote()
+    cache.read("u", len(DATA), "v", 0, 64 * 1024, remote.fetch)  # more than max_bytes
+    real, dropped = os.scandir, []
+
+    def listing_then_dropping(path):
+        for entry in real(path):
+            if entry.name.endswith(".blk") and not dropped:  # a reader found it damaged
+                os.unlink(entry.path)
+                dropped.append(entry.path)
+            yield entry
+
+    monkeypatch.setattr(os, "scandir", listing_then_dropping)
+    cache.evict()
+    monkeypatch.undo()
+    assert dropped and cache.size() <= 16 * 1024
+
+
+def test_eviction_deletes_what_a_killed_writer_left_once_it_is_old(tmp_path):
+    cache = BlockCache(str(tmp_path), 1 << 20, 4096)
+    cache.read("u", len(DATA), "v", 0, 4096, Remote().fetch)
+    [entry] = _entries(tmp_path)
+    old, young = f"{entry}.dead.tmp", f"{entry}.writing.tmp"  # as SIGKILL between write and rename
+    for path in (old, young):
+        with open(path, "wb") as f:
+            f.write(bytes(4096))
+    past = time.time() - 24 * 3600
+    os.utime(old, (past, past))
+    cache.evict()
+    assert not os.path.exists(old), "never renamed, never counted: it would stay forever"
+    assert os.path.exists(young) and os.path.exists(entry), "a write in progress is left alone"
+
+
+def test_a_write_that_fails_half_way_leaves_no_part_of_a_block(tmp_path, monkeypatch):
+    import errno
+
+    from zephon.io import cache as cache_module
+
+    def disk_full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache_module, "_digest", disk_full)  # after the data, before the rename
+    cache = BlockCache(str(tmp_path), 1 << 20, 4096)
+    with pytest.raises(OSError, match="cannot write the block cache"):
+        cache.read("u", len(DATA), "v", 0, 4096, Remote().fetch)
+    assert not [f for _, _, fs in os.walk(tmp_path) for f in fs if f.endswith(".tmp")]
+
+
+_S3_PASSES = """
+import json, sys
+from zephon import Dataset, Pipeline
+from zephon.io import remote
+spec = json.loads(sys.argv[1])
+runs = []
+for _ in range(spec["passes"]):
+    ds = Dataset.from_path("d", spec["path"], storage_options=spec["storage"])
+    p = Pipeline(ds).options(num_lanes=2, chunk_bytes=1 << 15, io_options=spec["io"])
+    p = p.tokenize(spec["tokenizer"], parallelism=2).pack_flat(128).batch(4)
+    try:
+        runs.append([b.digest() for b in p])
+    finally:
+        p.close()
+[cache] = remote._CACHES.values()
+print(json.dumps({"runs": runs, "hits": cache.hits, "misses": cache.misses, "damaged": cache.damaged}))
+"""
+
+
+def _s3_pipeline_digests(spec: dict) -> list[str]:
+    from zephon import Dataset, Pipeline
+    from zephon.testing import drain
+
+    ds = Dataset.from_path("d", spec["path"], storage_options=spec["storage"])
+    p = Pipeline(ds).options(num_lanes=2, chunk_bytes=1 << 15, io_options=spec["io"])
+    return [
+        b.digest() for b in drain(p.tokenize(spec["tokenizer"], parallelism=2).pack_flat(128).batch(4), 10**6)
+    ]
+
+
+@pytest.mark.slow
+def test_two_processes_reading_s3_through_one_tiny_cache_match_a_run_without_it(s3, gpt2, tmp_path):
+    import json
+
+    import boto3
+
+    from zephon.io.cache import _DIGEST, _digest
+    from zephon.testing.data import kjv_records
+
+    _, storage = s3
+    lines = "".join(json.dumps(r) + "\n" for r in kjv_records()[:6000]).encode()  # ~1.4 MB
+    boto3.client("s3", **storage["client_kwargs"]).put_object(
+        Bucket="corpus", Key="shared/v.jsonl", Body=lines
+    )
+    block = 64 << 10
+    spec = {
+        "path": "s3://corpus/shared/v.jsonl",
+        "storage": storage,
+        "tokenizer": gpt2,
+        "io": {},
+        "passes": 2,
+    }
+    want = _s3_pipeline_digests(spec)
+    cache_dir = tmp_path / "cache"  # three blocks of a 22-block object: eviction all the time
+    spec["io"] = {
+        "cache": {"enabled": True, "dir": str(cache_dir), "max_bytes": 3 * block, "block_size": block}
+    }
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _S3_PASSES, json.dumps(spec)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+        seen = json.loads(out.strip().splitlines()[-1])
+        assert seen["runs"] == [want, want] and seen["damaged"] == 0
+        assert seen["hits"] > 0 and seen["misses"] > len(lines) // block, "shared, and churned"
+    entries = _entries(cache_dir)
+    assert 0 < len(entries) <= 3
+    for path in entries:
+        with open(path, "rb") as f:
+            raw = f.read()
+        assert raw[-_DIGEST:] == _digest(path, raw[:-_DIGEST]), f"{path} is damaged"
+    assert not [f for _, _, fs in os.walk(cache_dir) for f in fs if f.endswith(".tmp")]

@@ -294,6 +294,121 @@ def test_a_script_with_a_main_guard_runs_on_process_workers(tmp_path, corpus, gp
     assert result.returncode == 0 and result.stdout == "done\n" and not result.stderr, result.stderr[-3000:]
 
 
+# A map function in a module the workers import; in a worker it records the worker's pid, and
+# with PROBE_KILL=writing the worker SIGKILLs itself half way through writing a result to /dev/shm.
+_PROBE_MODULE = """
+import os, signal, time
+OWNER = int(os.environ["PROBE_OWNER"])
+if os.getpid() != OWNER and os.environ["PROBE_KILL"] == "writing":
+    _write = os.pwrite
+    def _dying(fd, data, offset):
+        _write(fd, bytes(data[: len(data) // 2]), offset)
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.pwrite = _dying
+def noting_worker(record):
+    if os.getpid() != OWNER:
+        open(os.path.join(os.environ["PROBE_PIDS"], str(os.getpid())), "w").close()
+    time.sleep(0.005)
+    return record
+"""
+
+_KILLED_WORKER_SCRIPT = """
+import glob, os, random, signal, sys, threading, time
+def main():
+    data, gpt2, kill, end, pids = sys.argv[1:6]
+    os.environ.update(PROBE_OWNER=str(os.getpid()), PROBE_KILL=kill, PROBE_PIDS=pids)
+    import zephon_probe_map
+    from zephon import Dataset, Pipeline
+    ds = Dataset.from_path("d", data, exhausted="repeat")
+    p = Pipeline(ds).options(num_lanes=2, runner="process", chunk_bytes=1 << 18)
+    p = p.map(zephon_probe_map.noting_worker, parallelism=2).tokenize(gpt2).pack_flat(1024).batch(4)
+    def killer():  # a worker, at a random moment
+        time.sleep(random.Random(int(kill.removeprefix("random"))).uniform(0.5, 3))
+        while not os.listdir(pids):
+            time.sleep(0.05)
+        os.kill(int(os.listdir(pids)[0]), signal.SIGKILL)
+    if kill.startswith("random"):
+        threading.Thread(target=killer, daemon=True).start()
+    try:
+        for _ in p:
+            pass
+    except Exception as e:
+        print("error:", type(e).__name__, e, flush=True)
+    mine = glob.glob(f"/dev/shm/zephon-{os.getpid()}-*")
+    print("left:", len(mine), flush=True)
+    if end == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if end == "close":
+        p.close()
+        print("after close:", glob.glob(f"/dev/shm/zephon-{os.getpid()}-*"), flush=True)
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _kill_a_worker(tmp_path, gpt2, kill: str, end: str) -> tuple[int, str]:
+    """Run the scenario in its own process: (its pid, what it printed)."""
+    (tmp_path / "zephon_probe_map.py").write_text(_PROBE_MODULE)
+    (tmp_path / "pids").mkdir()
+    data = tmp_path / "d.jsonl"
+    if not data.exists():
+        words = itertools.cycle(["alpha", "beta", "gamma", "delta", "epsilon"])
+        write_jsonl(str(data), [{"text": " ".join(itertools.islice(words, 3000))} for _ in range(150)])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    command = [
+        sys.executable,
+        "-c",
+        _KILLED_WORKER_SCRIPT,
+        str(data),
+        gpt2,
+        kill,
+        end,
+        str(tmp_path / "pids"),
+    ]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out, err = child.communicate(timeout=120)
+    assert "error:" in out, err[-3000:]
+    return child.pid, out
+
+
+def _shm_files(pid: int) -> list[str]:
+    return [f for f in os.listdir("/dev/shm") if f.startswith(f"zephon-{pid}-")]
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+@pytest.mark.parametrize(
+    ("kill", "end"),
+    [("writing", "close"), ("writing", "exit"), ("random1", "close"), ("random2", "exit")],
+)
+def test_a_worker_killed_while_handing_results_over_leaves_nothing_in_shared_memory(
+    tmp_path, gpt2, kill, end
+):
+    pid, out = _kill_a_worker(tmp_path, gpt2, kill, end)
+    died = r"error: RuntimeError lane \d: a worker died while on dataset 'd', \S*d\.jsonl, bytes \["
+    assert re.search(died, out), out
+    if kill == "writing":
+        assert "left: 1" in out, "the half-written result is there until the pipeline ends"
+    if end == "close":
+        assert "after close: []" in out
+    assert _shm_files(pid) == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_what_a_killed_owner_left_in_shared_memory_goes_with_the_next_pool_once_old(tmp_path, gpt2):
+    from zephon.runners import handover
+
+    # the worker dies writing, the broken pool takes the other one down, then the owner is killed
+    pid, _ = _kill_a_worker(tmp_path, gpt2, "writing", "sigkill")
+    [left] = _shm_files(pid)  # nobody was left to remove it
+    path = os.path.join("/dev/shm", left)
+    handover.remove_all(handover.prefix())  # a new pool, soon after: it could still be read
+    assert os.path.exists(path)
+    past = time.time() - 24 * 3600
+    os.utime(path, (past, past))
+    handover.remove_all(handover.prefix())
+    assert not os.path.exists(path)
+
+
 def test_a_finished_run_lets_its_workers_go(tmp_path, gpt2):
     write_jsonl(str(tmp_path / "d.jsonl"), [{"text": f"document {i} " * 20} for i in range(300)])
     pipeline = Pipeline(Dataset.from_path("d", str(tmp_path / "d.jsonl"))).options(runner="process")

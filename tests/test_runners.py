@@ -147,3 +147,22 @@ def test_results_never_received_are_removed_when_the_owner_exits(tmp_path):
     )
     subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, timeout=120)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_new_pool_removes_old_files_of_owners_that_are_gone_and_nothing_else(tmp_path):
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead, past = int(gone.stdout), time.time() - 24 * 3600
+    files = {
+        "old, owner gone": (f"zephon-{dead}-0123456789ab-x", past),
+        "young, owner gone": (f"zephon-{dead}-0123456789ab-y", time.time()),
+        "old, owner alive": (f"zephon-{os.getpid()}-0123456789ab-z", past),
+        "not ours": (f"torch-{dead}-w", past),
+    }
+    for name, when in files.values():
+        (tmp_path / name).write_bytes(b"x")
+        os.utime(tmp_path / name, (when, when))
+    handover.remove_all(handover.prefix(str(tmp_path)))
+    left = {what for what, (name, _) in files.items() if (tmp_path / name).exists()}
+    assert left == {"young, owner gone", "old, owner alive", "not ours"}

@@ -144,3 +144,108 @@ def test_the_tokenizers_backend_does_not_load_fastokens_at_all(fresh_tokenizers,
     assert loads == [], "a worker's start would spend a third of a second of CPU on it for nothing"
     load_tokenizer(gpt2)
     assert len(loads) == 1
+
+
+def _hostile_texts() -> dict[str, str]:
+    """Texts a crawl can hold that stress a tokenizer: huge runs, special tokens inside text,
+    NUL bytes, both normal forms, bidirectional text and joiners, many scripts at once."""
+    import unicodedata
+
+    accents = "café naïve Ångström piñata 한국어"
+    return {
+        "a megabyte of one emoji": "😀" * (1 << 20),
+        "a megabyte of spaces": " " * (1 << 20),
+        "100k end-of-text tokens inside text": "x<|endoftext|>" * 100_000,
+        "an unfinished special token": "<|endoftext|" * 1000 + "<|endoftext",
+        "NUL bytes": "a\x00b\x00\x00c\x00",
+        "NFC": unicodedata.normalize("NFC", accents),
+        "NFD": unicodedata.normalize("NFD", accents),
+        "right to left": "\u202eabc\u202c שלום עולם مرحبا بالعالم \u200f\u200e",
+        "zero-width joiners": "👨\u200d👩\u200d👧\u200d👦 a\u200bb\u200cc\u200dd\ufeffe",
+        "mixed scripts": "Hello Привет 你好 こんにちは मरहबा \U0001d518\U0001d52b \U0010ffff \ufffe 🇫🇷",
+    }
+
+
+def test_hostile_texts_get_the_same_ids_from_both_backends_within_seconds(fresh_tokenizers, gpt2):
+    import time
+
+    tok = load_tokenizer(gpt2)
+    assert tok.fast.wait(), "fastokens must be on, or this compares the reference with itself"
+    for name, text in _hostile_texts().items():
+        began = time.perf_counter()
+        ids, offsets = tok.fast.encode_flat([text, "after"])
+        fast_s, began = time.perf_counter() - began, time.perf_counter()
+        want = tok.encode_batch([text, "after"])  # the reference, Hugging Face tokenizers
+        reference_s = time.perf_counter() - began
+        assert [ids[a:b].tolist() for a, b in itertools.pairwise(offsets)] == want, name
+        assert fast_s < 5 and reference_s < 5, f"{name}: {fast_s:.1f} s, {reference_s:.1f} s"
+    special = tok.fast.encode_flat(["a<|endoftext|>b"])[0].tolist()
+    assert special == tok.encode_batch(["a<|endoftext|>b"])[0] and 50256 in special, (
+        "a special token inside text is that token, in both backends"
+    )
+
+
+def test_neither_backend_encodes_a_lone_surrogate(fresh_tokenizers, gpt2):
+    # tokenize turns the failure into a bad record; were one backend to encode it, the
+    # backends would give different ids
+    tok = load_tokenizer(gpt2)
+    assert tok.fast.wait()
+    for text in ["a\ud800b", "\udfff", "x\ud83d"]:
+        with pytest.raises((TypeError, UnicodeError)):
+            tok.fast.encode_flat([text])
+        with pytest.raises((TypeError, UnicodeError)):
+            tok.encode_batch([text])
+
+
+def _hostile_jsonl(path) -> str:
+    import json
+
+    texts = ["before", *_hostile_texts().values(), "a \ud800 lone high surrogate", "\udfff alone",
+             "a pair \ud83d\ude00 is fine", "after"]  # fmt: skip
+    with open(path, "w") as f:  # json.dumps writes a lone surrogate as a "\ud800" escape
+        f.writelines(json.dumps({"text": t}) + "\n" for t in texts)
+    return str(path)
+
+
+def _hostile_batches(path: str, gpt2: str, backend: str, runner: str = "inline", on_error: str = "skip"):
+    ds = Dataset.from_path("hostile", path, on_error=on_error)
+    p = Pipeline(ds).options(num_lanes=1, runner=runner).tokenize(tokenizer_id=gpt2, backend=backend)
+    p = p.pack_flat(max_length=1024).batch(microbatch_size=4)
+    try:
+        return np.concatenate([b.tokens for b in p]), p.stats()
+    finally:
+        p.close()
+
+
+def test_hostile_records_make_the_same_batches_with_either_backend(
+    fresh_tokenizers, gpt2, tmp_path, monkeypatch
+):
+    path = _hostile_jsonl(tmp_path / "hostile.jsonl")
+    encoded, real = [], fast_tokenizer._flat
+    monkeypatch.setattr(
+        fast_tokenizer, "_flat", lambda fast, texts: (encoded.append(len(texts)), real(fast, texts))[1]
+    )
+    fast, fast_stats = _hostile_batches(path, gpt2, "auto")
+    assert encoded, "fastokens must have encoded the chunks"
+    encoded.clear()
+    reference, stats = _hostile_batches(path, gpt2, "tokenizers")
+    assert not encoded
+    assert np.array_equal(fast, reference)
+    assert stats == fast_stats and stats["counters"]["skipped_records"] == 2  # the lone surrogates
+    assert stats["documents"]["hostile"] == 13
+    assert fast.size > 3 << 20  # the megabyte runs are all there
+
+
+@pytest.mark.parametrize("runner", ["inline", "process"])
+@pytest.mark.parametrize("backend", ["auto", "tokenizers"])
+def test_a_lone_surrogate_is_an_error_that_names_its_file_and_line(
+    fresh_tokenizers, gpt2, tmp_path, backend, runner
+):
+    path = tmp_path / "surrogate.jsonl"
+    path.write_text(
+        '{"text": "fine"}\n{"text": "fine too"}\n{"text": "broken \\ud800 here"}\n{"text": "x"}\n'
+    )
+    with pytest.raises(
+        ValueError, match=r"surrogate\.jsonl, line 3: .*lone surrogate U\+D800 at character 7"
+    ):
+        _hostile_batches(str(path), gpt2, backend, runner, on_error="raise")

@@ -5,7 +5,8 @@ made of the file's URL, size and version (ETag, blob id), so a changed file neve
 block. Each entry ends with the SHA-256 of its data: a damaged entry (truncated, corrupted) is
 detected on read, dropped and fetched again. Entries are written to a temporary file and renamed
 into place, so any number of processes may share the folder: readers see whole entries or none.
-When the folder outgrows ``max_bytes``, the least recently used entries are deleted. The
+When the folder outgrows ``max_bytes``, the least recently used entries are deleted (and the
+temporary files of writers killed before their rename, once old). The
 checksum covers the entry's key too, so an entry copied over another reads as damaged.
 """
 
@@ -16,10 +17,14 @@ import fcntl
 import hashlib
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
 _DIGEST = 32
+# A ``.tmp`` file older than this is a block whose writer died before renaming it into place:
+# writing one block takes well under a second, and eviction would otherwise never see it.
+ORPHAN_AGE = 600.0
 
 
 class BlockCache:
@@ -117,6 +122,7 @@ class BlockCache:
                 f.write(_digest(path, data))
             os.replace(tmp, path)
         except OSError as e:
+            _unlink(tmp)  # a full disk: leave no part of a block behind
             raise OSError(
                 f"cannot write the block cache in {self.directory} ({e.strerror}): set io_options "
                 '{"cache": {"dir": ...}} to a writable folder, or turn the cache off'
@@ -136,13 +142,15 @@ class BlockCache:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return  # another process is evicting
-            entries = []
-            for sub in os.scandir(self.directory):
-                if sub.is_dir():
-                    for e in os.scandir(sub.path):
-                        if e.name.endswith(".blk"):
-                            st = e.stat()
-                            entries.append((st.st_mtime, st.st_size, e.path))
+            entries, orphans = [], time.time() - ORPHAN_AGE
+            for e in self._files():
+                st = _stat(e)
+                if st is None:
+                    continue  # gone meanwhile: a reader dropped it as damaged
+                if e.name.endswith(".blk"):
+                    entries.append((st.st_mtime, st.st_size, e.path))
+                elif e.name.endswith(".tmp") and st.st_mtime < orphans:
+                    _unlink(e.path)  # its writer died (SIGKILL) before renaming it
             total = sum(size for _, size, _ in entries)
             for _, size, path in sorted(entries):
                 if total <= self.max_bytes:
@@ -151,13 +159,23 @@ class BlockCache:
                 total -= size
 
     def size(self) -> int:
-        return sum(
-            e.stat().st_size
-            for sub in os.scandir(self.directory)
-            if sub.is_dir()
-            for e in os.scandir(sub.path)
-            if e.name.endswith(".blk")
-        )
+        """Bytes of the entries in the folder."""
+        sizes = (_stat(e) for e in self._files() if e.name.endswith(".blk"))
+        return sum(st.st_size for st in sizes if st is not None)
+
+    def _files(self):
+        """The files of the folder's subfolders (entries, and entries being written)."""
+        for sub in os.scandir(self.directory):
+            if sub.is_dir():
+                yield from os.scandir(sub.path)
+
+
+def _stat(entry: os.DirEntry) -> os.stat_result | None:
+    """The entry's stat, or None if another process deleted it since the folder was listed."""
+    try:
+        return entry.stat()
+    except FileNotFoundError:
+        return None
 
 
 def _unlink(path: str) -> None:

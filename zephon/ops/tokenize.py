@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from zephon.io.tokenizer import TextTokenizer, load_tokenizer
@@ -13,6 +15,9 @@ from zephon.ops.containers import Docs, Patches, RecordBlock
 # almost always a broken record.
 MAX_TEXT = 8 << 20
 _MISSING = object()
+# A lone surrogate (half of a UTF-16 pair, as a JSON "\ud800" escape decodes to) is not Unicode:
+# no backend can encode it, and each fails in its own words.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Tokenize(WorkOperator):
@@ -94,8 +99,8 @@ class Tokenize(WorkOperator):
             bad[i] = str(error)
         if bad:
             block = block.without(bad)
+        (ids, offsets), block = self._encode(tok, texts, block)
         images = self._images(block) if self.image_field else None
-        ids, offsets = tok.encode_flat(texts)
         lengths = np.diff(offsets)
         counts = None if images is None else np.fromiter(map(_patch_count, images), np.int64, len(images))
         keep = lengths > 0 if counts is None else lengths + counts > 0
@@ -115,6 +120,25 @@ class Tokenize(WorkOperator):
         patches = Patches.concat([p for x in images for p in x], _patch_dim(images))
         return Docs(tokens, offsets, block.numbers[keep], block.dataset, counters, block.skipped,
                     patches, patch_at)  # fmt: skip
+
+    def _encode(self, tok: TextTokenizer, texts: list[str], block: RecordBlock):
+        """``tok.encode_flat(texts)`` and the block, less the records whose text is not valid
+        Unicode where the dataset skips bad records (else the first such is the error). Texts
+        are searched for lone surrogates only once the encoding failed: the common case pays
+        nothing."""
+        try:
+            return tok.encode_flat(texts), block
+        except (TypeError, UnicodeError):
+            bad = {i: _surrogate_problem(self.field, t) for i, t in enumerate(texts) if _SURROGATE.search(t)}
+            if not bad:
+                raise
+        if not block.skip_bad:
+            first = min(bad)
+            error = ValueError(bad[first])
+            error.zephon_record = int(block.numbers[first])
+            raise error from None
+        texts = [t for i, t in enumerate(texts) if i not in bad]
+        return tok.encode_flat(texts), block.without(bad)
 
     def _images(self, block: RecordBlock) -> list[list[Patches]]:
         """Each record's images, as patches (``images()`` made them)."""
@@ -150,6 +174,15 @@ class Tokenize(WorkOperator):
             f"tokenize(field={self.field!r}): a text of {len(text):,} characters, over the limit of "
             f"{MAX_TEXT:,} for one document (split it, or filter it out)"
         )
+
+
+def _surrogate_problem(field: str, text: str) -> str:
+    at = _SURROGATE.search(text).start()
+    return (
+        f"tokenize(field={field!r}): the text holds a lone surrogate U+{ord(text[at]):04X} at character "
+        f"{at:,}, which is not valid Unicode (a JSON \\u{ord(text[at]):04x} escape without its pair?): "
+        "fix the data, or skip bad records with on_error='skip'"
+    )
 
 
 def _image_id(tok: TextTokenizer, image_field: str | None, image_token) -> int | None:

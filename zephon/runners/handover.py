@@ -13,7 +13,11 @@ the results in flight. Space is reserved before writing (a full ``/dev/shm``, e.
 there, the result goes through the pipe as before. Files left by a worker that died, or by an
 owner process that died (its workers remove them as they exit), or sent as the owner exited
 (its pools' manager threads stop reading), are removed by prefix: when a pool has shut down, and
-when the owner's interpreter exits (after its pools' workers are joined).
+when the owner's interpreter exits (after its pools' workers are joined). An owner killed by a
+signal (SIGKILL, or SIGTERM, which skips exit hooks) after its workers died (a broken pool takes
+the survivors down with it) leaves its files to the next pool made on the machine: it removes the
+files of owners that are gone, once ``ORPHAN_AGE`` old (a process of another PID namespace
+sharing ``/dev/shm`` looks gone too, and its results are read within moments of their writing).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import contextlib
 import glob
 import os
 import pickle
+import time
 import uuid
 
 import numpy as np
@@ -31,12 +36,14 @@ SHM = "/dev/shm"
 SHIP_BYTES = 64 << 10  # below this the pipe is as quick
 _ALIGN = 64  # each array starts on a cache line, as a fresh allocation would
 _PREFIXES: set[str] = set()  # of this process's pools, not yet cleaned up
+ORPHAN_AGE = 600.0  # seconds: a file of a gone owner this old is never going to be read
 
 
 def prefix(folder: str = SHM) -> str | None:
     """A new prefix for one pool's files in ``folder``, or None where there is no such memory."""
     if not (os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)):
         return None
+    remove_orphans(folder)
     name = os.path.join(folder, f"zephon-{os.getpid()}-{uuid.uuid4().hex[:12]}-")
     _PREFIXES.add(name)
     return name
@@ -110,6 +117,30 @@ def remove_all(prefix: str | None) -> None:
         for path in glob.glob(glob.escape(prefix) + "*"):
             _remove(path)
         _PREFIXES.discard(prefix)
+
+
+def remove_orphans(folder: str = SHM) -> None:
+    """Remove the files in ``folder`` of owner processes that are gone, once ``ORPHAN_AGE`` old."""
+    old = time.time() - ORPHAN_AGE
+    for path in glob.glob(os.path.join(glob.escape(folder), "zephon-*-*")):
+        owner = os.path.basename(path).split("-")[1]
+        try:
+            stale = os.stat(path).st_mtime < old
+        except OSError:
+            continue  # received meanwhile
+        if stale and owner.isdigit() and not alive(int(owner)):
+            _remove(path)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (as far as this PID namespace can tell)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 @atexit.register  # runs after threading's exit hooks, where concurrent.futures joins the workers

@@ -23,6 +23,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.reduction import ForkingPickler
 
 from zephon.runners import handover
@@ -57,22 +58,12 @@ def _end_with(owner: int) -> None:
         if fd is not None:
             select.select([fd], [], [])
         else:
-            while _alive(owner):
+            while handover.alive(owner):
                 time.sleep(1.0)
         handover.remove_all(_SHIP)  # results the owner will never read
         os._exit(1)
 
     threading.Thread(target=watch, name="zephon-owner-watch", daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _run(unit):
@@ -177,11 +168,15 @@ class ProcessExecutor(PriorityGate):
         )
         here = ThreadPoolExecutor(1, thread_name_prefix="zephon-work-start")
         self.pool_up, started, limit = False, time.monotonic(), 2 * parallelism
+        self.broken = False  # a worker died: the pool ends the others and takes no more work
 
         def submit(unit) -> Future:
             if not self.pool_up and time.monotonic() - started > timeout:  # stuck starting
                 self._open(limit)  # the pool's watchdog then says so
-            future = pool.submit(_run, unit) if self.pool_up else here.submit(work, unit)
+            if not self.pool_up:
+                return self.held.track(unit, here.submit(work, unit))
+            future = pool.submit(_run, unit)
+            future.add_done_callback(self._note_broken)
             return self.held.track(unit, future)
 
         def shutdown() -> None:
@@ -192,6 +187,18 @@ class ProcessExecutor(PriorityGate):
         super().__init__(submit, 1, shutdown)  # one at a time here until the pool is up
         starting = self.held.track(STARTING, pool.submit(_up))  # the watchdog times the start too
         starting.add_done_callback(lambda _: self._open(limit))  # failed: up too
+
+    def _note_broken(self, future: Future) -> None:
+        if not future.cancelled() and isinstance(future.exception(), BrokenProcessPool):
+            self.broken = True
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        if self.broken and self.ship is not None:
+            # the other workers are being ended (SIGTERM) and nothing is read any more: once they
+            # are joined (at once), the half-written result of the dead one goes now, not later
+            self.pool.shutdown(wait=True)
+            handover.remove_all(self.ship)
 
     def _feed(self) -> None:
         super()._feed()
