@@ -50,6 +50,7 @@ def test_a_dropped_runs_work_is_stopped_on_the_reaper_thread_not_in_its_finalize
         close(self)
 
     monkeypatch.setattr(_Delivery, "close", recording)
+    before = set(threading.enumerate())
     pipeline = make_rank(1, 0, runner="thread")
     next(iter(pipeline))
     del pipeline
@@ -59,13 +60,18 @@ def test_a_dropped_runs_work_is_stopped_on_the_reaper_thread_not_in_its_finalize
         time.sleep(0.01)
     assert closed_on == ["zephon-reaper"]
     deadline = time.monotonic() + 10
-    while _zephon_threads() - {"zephon-reaper"} and time.monotonic() < deadline:
+    while _run_threads(before) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _zephon_threads() - {"zephon-reaper"} == set(), "the dropped run's threads ended"
+    assert _run_threads(before) == [], "the dropped run's threads ended"
 
 
-def _zephon_threads() -> set[str]:
-    return {t.name.split("_")[0] for t in threading.enumerate() if t.name.startswith("zephon")}
+def _run_threads(before: set[threading.Thread]) -> list[str]:
+    """Threads of runs started since ``before`` (the reaper is the process's)."""
+    return [
+        t.name
+        for t in set(threading.enumerate()) - before
+        if t.name.startswith("zephon") and t.name != "zephon-reaper"
+    ]
 
 
 @pytest.mark.parametrize("runner", RUNNERS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -315,7 +316,9 @@ def _rewrite(path, data: bytes, mtime: float) -> None:
     os.utime(path, (mtime, mtime))
 
 
-def test_an_http_file_without_etag_is_versioned_by_last_modified_and_never_served_stale(web, tmp_path):
+def test_an_http_file_without_etag_is_versioned_by_its_contents_and_date_and_never_served_stale(
+    web, tmp_path
+):
     server, www = web
     lines = b"".join(json.dumps({"text": f"document {i:05d}"}).encode() + b"\n" for i in range(30000))
     _rewrite(www / "d.jsonl", lines, 1_700_000_000)
@@ -325,11 +328,11 @@ def test_an_http_file_without_etag_is_versioned_by_last_modified_and_never_serve
     url = server.url + "/d.jsonl"
     ds = Dataset.from_path("web", url)
     version = ds.shards()[0].version
-    assert version == "Tue, 14 Nov 2023 22:13:20 GMT"
+    assert re.fullmatch(r"content:[0-9a-f]{16}@Tue, 14 Nov 2023 22:13:20 GMT", version)
     table = ds.chunks(1, chunk_size=300, chunk_bytes=1 << 14, io=config)
     ds.read(table.chunk(0, 0), config)
     _rewrite(www / "d.jsonl", _reversed_lines(lines), 1_700_000_100)  # same size
-    was, now = "'Tue, 14 Nov 2023 22:13:20 GMT'", "'Tue, 14 Nov 2023 22:15:00 GMT'"
+    was, now = "@Tue, 14 Nov 2023 22:13:20 GMT'", "'Tue, 14 Nov 2023 22:15:00 GMT'"
     with pytest.raises(
         ChangedFileError, match=rf"d\.jsonl changed since the run was planned: .*{was}.*is {now}"
     ):
@@ -339,16 +342,27 @@ def test_an_http_file_without_etag_is_versioned_by_last_modified_and_never_serve
     assert _records(again, config) == [json.loads(x) for x in _reversed_lines(lines).splitlines()]
 
 
-def test_an_http_file_with_no_etag_nor_date_is_versioned_by_a_sample_of_its_contents(web):
+@pytest.mark.parametrize("dates", [True, False])
+def test_an_http_file_replaced_with_its_date_and_size_kept_is_not_served_from_the_cache(web, tmp_path, dates):
+    """As ``cp -p`` or ``rsync -t`` replace a file (or a server that sends no date at all): the
+    listing's version changes with the contents, so the cache of the old file is not used."""
     server, www = web
-    server.dates = False
+    server.dates = dates
     lines = b"".join(json.dumps({"text": f"document {i:05d}"}).encode() + b"\n" for i in range(30000))
     _rewrite(www / "d.jsonl", lines, 1_700_000_000)
-    first = Dataset.from_path("web", server.url + "/d.jsonl").shards()[0]
-    _rewrite(www / "d.jsonl", lines.replace(b"document 00000", b"document 0000X"), 1_700_000_000)
-    second = Dataset.from_path("web", server.url + "/d.jsonl").shards()[0]
-    assert first.version.startswith("sample:") and second.version.startswith("sample:")
-    assert first.size == second.size and first.version != second.version
+    config = IOConfig.parse(
+        {"cache": {"enabled": True, "dir": str(tmp_path / "cache"), "block_size": 1 << 12}}
+    )
+    url = server.url + "/d.jsonl"
+    first = Dataset.from_path("web", url)
+    assert _records(first, config)[:2] == [{"text": "document 00000"}, {"text": "document 00001"}]
+    at = len(lines) // 3  # one digit, well away from the first, middle and last 64 KiB
+    changed = lines[:at] + lines[at:].replace(b"document", b"Document", 1)
+    _rewrite(www / "d.jsonl", changed, 1_700_000_000)
+    second = Dataset.from_path("web", url)
+    assert second.shards()[0].version != first.shards()[0].version
+    assert _records(second, config) == [json.loads(x) for x in changed.splitlines()]
+    assert any(r["text"].startswith("Document") for r in _records(second, config))
 
 
 # -- the cache --------------------------------------------------------------------------------

@@ -18,9 +18,10 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import BrokenExecutor, Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from zephon.batch import Batch
+from zephon.digests import ChunkDigests
 from zephon.errors import with_context
 from zephon.io import Chunk
 from zephon.ops import BatchRows, Images, PackFlat, Shuffle, WorkOperator
@@ -43,9 +44,11 @@ class ChunkWork:
 
     def __call__(self, chunk: Chunk) -> Any:
         try:
-            unit = chunk
-            for op in self.ops:
+            unit = self.ops[0].work(chunk)  # the read
+            digest = unit.digest
+            for op in self.ops[1:]:
                 unit = op.work(unit)
+            unit.digest = digest  # the chunk's identity travels with what it became
             if getattr(unit, "skipped", None):
                 for record, why in unit.skipped:
                     self.skips.report(chunk, record, why, self.where)
@@ -116,13 +119,16 @@ class ChunkStreams:
     """A lane's chunks of each dataset, tokenized by the workers up to ``depth`` chunks ahead."""
 
     def __init__(
-        self, plan: LanePlan, lane: int, executor: Executor, depth: int, timeout: float | None = None
-    ):
+        self, plan: LanePlan, lane: int, executor: Executor, depth: int, timeout: float | None = None,
+        digests: ChunkDigests | None = None,
+    ):  # fmt: skip
         self.plan, self.lane, self.executor, self.depth = plan, lane, executor, depth
         self.timeout = timeout  # seconds a chunk may take on the workers before it is reported
         self.window = 0  # the window being filled: chunks needed for it go first
         self.queues: list[deque[tuple[int, Future]]] = [deque() for _ in plan.tables]
         self.ends: list[int | None] = [None] * len(plan.tables)  # first chunk number past the end
+        self.digests = digests or ChunkDigests([len(t) for t in plan.tables])
+        self.reads: dict[tuple[int, int], str] = {}  # (dataset, chunk number): digest, as read
 
     def fetch(self, dataset: int, k: int, skip: int = 0) -> Any:
         """The lane's ``k``-th chunk of ``dataset``, tokenized from record ``skip`` on (waits for
@@ -134,11 +140,36 @@ class ChunkStreams:
         if not future.done():
             self.executor.hurry(future)  # read ahead for later, needed now
         try:
-            return self._wait(future)
+            docs = self._wait(future)
         except BrokenExecutor as e:
             raise RuntimeError(
                 f"lane {self.lane}: a worker died while on {self._where(dataset, k)} ({e})"
             ) from e
+        self._read(dataset, k, docs.digest)
+        return docs
+
+    def _read(self, dataset: int, k: int, digest: str) -> None:
+        """Chunk ``k`` of ``dataset`` gave bytes of ``digest``: the same as ever, or an error."""
+        index = self.plan.dealers[dataset].chunk_index(self.lane, k)
+        self.digests.check(dataset, index, digest, lambda: self._where(dataset, k))
+        self.reads[dataset, k] = digest
+
+    def expect(self, digests) -> None:
+        """The digests a lane's state holds: of chunks its replay reads again."""
+        for dataset, k, digest in digests:
+            if self.plan.chunk(dataset, self.lane, k) is None:
+                raise ValueError(
+                    f"lane {self.lane}: the state holds the digest of chunk {k} of dataset "
+                    f"{self.plan.source.names[dataset]!r}, which the lane does not have"
+                )
+            self._read(dataset, k, digest)
+
+    def reads_from(self, state: MixState) -> tuple[tuple[int, int, str], ...]:
+        """The digests of the chunks read at or after ``state``'s positions (those a restore from
+        there reads again); the earlier ones are forgotten."""
+        keep = {key: digest for key, digest in self.reads.items() if key[1] >= state.positions[key[0]].chunk}
+        self.reads = keep
+        return tuple((d, k, digest) for (d, k), digest in sorted(keep.items()))
 
     def _wait(self, future: Future) -> Any:
         """``future``'s result; a TimeoutError once a unit has been with the workers for
@@ -242,11 +273,22 @@ class LaneOps:
             )
 
 
+class Made(NamedTuple):
+    """A batch, and where its lane stands once it is delivered: in ``window``, ``delivered``
+    batches of it, ``mix`` the mixer at that window's start, and ``digests`` those of the chunks
+    a restore from there reads again (``(dataset, chunk number, digest)``, see zephon.digests)."""
+
+    batch: Batch
+    window: int
+    delivered: int
+    mix: MixState
+    digests: tuple[tuple[int, int, str], ...]
+
+
 def lane_batches(
     plan: LanePlan, ops: LaneOps, lane: int, start: LaneState, streams: ChunkStreams
-) -> Iterator[tuple[Batch, int, int, MixState]]:
-    """The lane's batches from ``start`` on, each with ``(window, delivered, mixer state at that
-    window's start)``: where the lane stands once that batch is delivered.
+) -> Iterator[Made]:
+    """The lane's batches from ``start`` on, each with where the lane stands once it is delivered.
 
     The first ``start.delivered`` batches of ``start.window`` are made again and dropped.
     """
@@ -257,6 +299,7 @@ def lane_batches(
         fresh = start.window == 0
         schedule = source.lane_schedule(plan.num_lanes)
         _check_positions(plan, lane, start, max_empty)
+        streams.expect(start.digests)
         try:
             mixer = Mixer(
                 source.names, source.shares, source.unit, streams.fetch, start.mix, max_empty, fresh, schedule
@@ -274,6 +317,7 @@ def lane_batches(
             parts = ops.batch.split(rows)
             counters, end = mixer.take_counters(), mixer.state
             streams.release(end)
+            replay = streams.reads_from(at_start), streams.reads_from(end)
             skip = start.delivered if window == start.window else 0
             if skip >= len(parts):
                 raise ValueError(
@@ -288,7 +332,10 @@ def lane_batches(
                     batch.normalize = ops.images.mean, ops.images.std
                 batch.counters = counters if j == 0 else {}
                 last = j == len(parts) - 1
-                yield (batch, window + 1, 0, end) if last else (batch, window, j + 1, at_start)
+                if last:
+                    yield Made(batch, window + 1, 0, end, replay[1])
+                else:
+                    yield Made(batch, window, j + 1, at_start, replay[0])
             index, window, at_start = index + len(parts), window + 1, end
             if mixer.ended:
                 return

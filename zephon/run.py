@@ -21,8 +21,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from zephon.batch import Batch
+from zephon.digests import ChunkDigests
 from zephon.fingerprint import check_restore
-from zephon.lanes import ChunkStreams, lane_batches
+from zephon.lanes import ChunkStreams, Made, lane_batches
 from zephon.ops.containers import sum_counters
 from zephon.runners import LaneDriver, get_runner
 from zephon.runners.reaper import close_when_dropped
@@ -64,7 +65,8 @@ class Run:
         self.close()
         if self._plan is None:
             self._plan = self.pipeline.plan()
-        delivery = _Delivery(self.pipeline, self._plan, self.lane_states())
+            self._digests = ChunkDigests([len(table) for table in self._plan.tables])
+        delivery = _Delivery(self.pipeline, self._plan, self.lane_states(), self._digests)
         self._delivery, self._finalizer = delivery, close_when_dropped(self, delivery.close)
         return _Iterator(self, delivery)
 
@@ -132,7 +134,9 @@ class Run:
 class _Delivery:
     """One iteration of a run: the workers, the lane streams, round-robin delivery."""
 
-    def __init__(self, pipeline: Pipeline, plan: LanePlan, states: dict[int, LaneState]):
+    def __init__(
+        self, pipeline: Pipeline, plan: LanePlan, states: dict[int, LaneState], digests: ChunkDigests
+    ):
         opts = pipeline.opts
         self.names, self.runner = pipeline.source.names, get_runner(opts.runner)
         lane_ops = pipeline.lane_ops()
@@ -149,7 +153,7 @@ class _Delivery:
         makers = {}
         for lane in states:
             start = dataclasses.replace(states[lane])
-            streams = ChunkStreams(plan, lane, self.executor, depth, opts.worker_timeout)
+            streams = ChunkStreams(plan, lane, self.executor, depth, opts.worker_timeout, digests)
             if self.runner.background:  # every lane's first chunks go to the workers at once
                 streams.window = start.window
                 streams.prime(start.mix)
@@ -160,8 +164,8 @@ class _Delivery:
             # a lane hands over a whole window and goes on with the next while that one is consumed
             ahead = lane_ops.window_rows // lane_ops.batch.microbatch_size + opts.prefetch
             starts = {lane: state.index for lane, state in states.items()}
-            self.driver = LaneDriver(makers, starts, lambda item: item[0].index, ahead,
-                                     opts.prefetch_bytes, lambda item: item[0].nbytes)  # fmt: skip
+            self.driver = LaneDriver(makers, starts, lambda made: made.batch.index, ahead,
+                                     opts.prefetch_bytes, lambda made: made.batch.nbytes)  # fmt: skip
             self.streams = {lane: _Driven(self.driver, lane) for lane in states}
         else:
             self.driver = None
@@ -175,7 +179,7 @@ class _Delivery:
             lane = min(active, key=lambda lane: (self.states[lane].index, lane))
             if not self.closed:
                 try:
-                    batch, window, delivered, mix = next(self.streams[lane])
+                    made = next(self.streams[lane])
                 except StopIteration:
                     if not self.closed:
                         active.remove(lane)
@@ -185,8 +189,8 @@ class _Delivery:
                     "this iterator's run was closed (close(), or a new iter() of the same pipeline or "
                     "run, which continues from where this one stopped): iterate that one instead"
                 )
-            self._delivered(batch, window, delivered, mix)
-            yield batch
+            self._delivered(made)
+            yield made.batch
         self.close()  # every lane ended: the workers go now, not when the pipeline is dropped
         if not any(state.index for state in self.states.values()):
             raise ValueError(
@@ -194,9 +198,15 @@ class _Delivery:
                 "(blank lines? a filter that drops everything?)"
             )
 
-    def _delivered(self, batch: Batch, window: int, delivered: int, mix) -> None:
-        state = self.states[batch.lane]
-        state.window, state.delivered, state.index, state.mix = window, delivered, batch.index + 1, mix
+    def _delivered(self, made: Made) -> None:
+        batch, state = made.batch, self.states[made.batch.lane]
+        state.window, state.delivered, state.index, state.mix = (
+            made.window,
+            made.delivered,
+            batch.index + 1,
+            made.mix,
+        )
+        state.digests = made.digests
         n = len(state.tokens)
         state.tokens = [t + int(c) for t, c in zip(state.tokens, batch.tokens_per_dataset(n), strict=True)]
         docs = batch.documents_per_dataset(n)

@@ -14,10 +14,12 @@ Shape (JSON-safe)::
                                     # (both at the start of window w)
             "tokens": [...],        # tokens delivered so far, per dataset
             "documents": [...],     # documents begun so far, per dataset
-            "counters": {...}}      # e.g. empty_documents, filtered_records, so far
+            "counters": {...},      # e.g. empty_documents, filtered_records, so far
+            "digests": [[dataset, chunk, "16 hex digits"], ...]}  # of the chunks replay reads again
 
-A lane's state is a few integers per dataset whatever the step. Restore replays window ``w``
-from its first token and drops the ``n`` batches already delivered.
+A lane's state is a few integers per dataset whatever the step, and the digests of the handful of
+chunks its window reads (zephon.digests). Restore replays window ``w`` from its first token and
+drops the ``n`` batches already delivered, checking that those chunks hold the same bytes.
 
 What may change between save and restore is the table ``MAY_CHANGE`` of zephon.fingerprint
 (runner, parallelism, prefetch, dp_rank and dp_world_size, any that divides num_lanes, ...);
@@ -26,6 +28,7 @@ anything in the fingerprint may not.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from zephon.work import MixState
@@ -42,6 +45,7 @@ class LaneState:
     tokens: list[int]
     documents: list[int]
     counters: dict[str, int] = field(default_factory=dict)
+    digests: tuple[tuple[int, int, str], ...] = ()  # (dataset, chunk number, digest) to replay
 
     @staticmethod
     def start(num_datasets: int) -> LaneState:
@@ -56,6 +60,7 @@ class LaneState:
             "tokens": list(self.tokens),
             "documents": list(self.documents),
             "counters": dict(self.counters),
+            "digests": [list(entry) for entry in self.digests],
         }
 
     @staticmethod
@@ -69,6 +74,7 @@ class LaneState:
                 [int(t) for t in data["tokens"]],
                 [int(t) for t in data["documents"]],
                 {str(k): int(v) for k, v in data.get("counters", {}).items()},
+                _digests(data.get("digests", []), num_datasets),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"malformed lane state {data!r}: {e}") from None
@@ -81,6 +87,18 @@ class LaneState:
                 "delivered cannot exceed index"
             )
         return state
+
+
+def _digests(entries: list, num_datasets: int) -> tuple[tuple[int, int, str], ...]:
+    out = []
+    for entry in entries:
+        dataset, chunk, digest = entry
+        if not (
+            0 <= int(dataset) < num_datasets and int(chunk) >= 0 and re.fullmatch(r"[0-9a-f]{16}", digest)
+        ):
+            raise ValueError(f"digests entry {entry!r} is not [dataset, chunk, 16 hex digits]")
+        out.append((int(dataset), int(chunk), digest))
+    return tuple(out)
 
 
 def merge_states(states: list[dict], same_step: bool = True) -> dict:

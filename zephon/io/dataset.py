@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -12,13 +13,25 @@ from fsspec.utils import get_protocol
 
 from zephon.io import hub
 from zephon.io.chunks import MAX_CHUNK_BYTES, Chunk, ChunkTable, Shard, auto_chunk_bytes, auto_chunk_rows
-from zephon.io.formats import DataError, Format, Records, format_for, split_suffix
+from zephon.io.formats import ChunkRead, DataError, Format, Records, format_for, split_suffix
+from zephon.io.formats.base import content_digest
 from zephon.io.formats.imagefolder import is_image, is_metadata
 from zephon.io.plain import plain_copy
-from zephon.io.remote import IOConfig, Opener, RetryPolicy, filesystem, is_transient, remote_version, retrying
+from zephon.io.remote import (
+    IOConfig,
+    Opener,
+    RetryPolicy,
+    content_version,
+    filesystem,
+    is_transient,
+    retrying,
+    strong_version,
+)  # fmt: skip
 from zephon.progress import Progress
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_BLOCK = 8 << 20  # bytes per request when a remote file is read whole to digest it
+log = logging.getLogger(__name__)
 EXHAUSTED = ("stop", "repeat")
 ON_ERROR = ("raise", "skip")
 
@@ -182,6 +195,10 @@ class Dataset:
     def read(self, chunk: Chunk, io: IOConfig | None = None) -> Records:
         """The records of ``chunk``; with ``on_error="skip"``, a ``BadRecord`` in place of each
         one that cannot be read."""
+        return self.read_chunk(chunk, io).records
+
+    def read_chunk(self, chunk: Chunk, io: IOConfig | None = None) -> ChunkRead:
+        """The records of ``chunk`` (as ``read``) and the digest of the bytes they come from."""
         shard, fmt = self.plain_shards(io)[chunk.shard], self.plain_format(io)
         try:
             skip = self.on_error == "skip"
@@ -268,14 +285,24 @@ def _list_image_folder(
 
 
 def _remote_shard(name: str, fs, path: str, info: dict, policy: RetryPolicy) -> Shard:
-    """A remote file's shard; its version is what the store reports, or (a server that sends no
-    ETag nor Last-Modified) a sample of its contents, as for a local file."""
+    """A remote file's shard; its version is what the store names (VersionId, ETag, blob id), or,
+    from a server that names none (an HTTP server without ETag), the digest of all its bytes
+    (``content_version``): read once, when the dataset is listed."""
     url, size = fs.unstrip_protocol(path), int(info["size"])
-    version = remote_version(info)
+    version = strong_version(info)
     if not version:
-        version = retrying(
-            f"dataset {name!r} at {url}", lambda: _sample(size, lambda a, b: fs.cat_file(path, a, b)), policy
-        )
+        log.info("zephon: dataset %r: %s names no version (no ETag): reading it to digest it", name, url)
+        progress = Progress(f"digesting {url}", size >> 20, "MB")
+
+        def block(start: int) -> bytes:
+            data = retrying(
+                f"dataset {name!r} at {url}", lambda: fs.cat_file(path, start, start + _BLOCK), policy
+            )
+            progress.update(len(data) >> 20)
+            return data
+
+        digest = content_digest(*(block(start) for start in range(0, size, _BLOCK)))
+        version = content_version(digest, info)
     return Shard(url, size, version)
 
 

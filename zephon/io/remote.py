@@ -257,16 +257,37 @@ def filesystem(url: str, storage_options: dict):
 
 def remote_version(info: dict) -> str:
     """What identifies this version of a remote file, from its listing or response headers:
-    ``version-id:`` and its S3 VersionId, else its ETag, blob id or hash, else its modification
-    time; "" if nothing."""
+    ``version-id:`` and its S3 VersionId, else its ETag, blob id or hash (see ``content_version``
+    for a file that has none of them), else its modification time; "" if nothing."""
+    return strong_version(info) or modified(info)
+
+
+def strong_version(info: dict) -> str:
+    """What names this content of a remote file: its S3 VersionId, ETag, blob id or hash; "" if
+    the store tells none (a plain HTTP server, which may send Last-Modified at most)."""
     version_id = info.get("VersionId")
     if version_id and version_id != "null":
         return f"version-id:{version_id}"
-    keys = ("ETag", "etag", "blob_id", "md5Hash", "generation")
-    for key in (*keys, "LastModified", "Last-Modified", "mtime", "last_modified"):
+    for key in ("ETag", "etag", "blob_id", "md5Hash", "generation"):
         if info.get(key):
             return str(info[key]).strip('"')
     return ""
+
+
+def modified(info: dict) -> str:
+    for key in ("LastModified", "Last-Modified", "mtime", "last_modified"):
+        if info.get(key):
+            return str(info[key]).strip('"')
+    return ""
+
+
+def content_version(digest: str, info: dict) -> str:
+    """The version of a file whose store names no version: ``content:`` the digest of all its
+    bytes, then ``@`` its modification time where the store tells one. A modification time alone
+    is kept by ``cp -p`` and ``rsync -t``; the digest is not, so a replaced file never matches a
+    plan, a checkpoint or the block cache made from the old one."""
+    when = modified(info)
+    return f"content:{digest}" + (f"@{when}" if when else "")
 
 
 class RemoteFile:
@@ -404,8 +425,9 @@ def _read_http(fs, url: str, shard: Shard, start: int, stop: int) -> bytes:
 
     status, headers, data = sync(fs.loop, get)
     total = headers.get("Content-Range", "/*").rsplit("/", 1)[-1] if status == 206 else str(len(data))
-    now = remote_version(headers)
-    listed = "" if shard.version.startswith("sample:") else shard.version  # a sample: size only
+    listed, now = shard.version, remote_version(headers)
+    if listed.startswith("content:"):  # no version named by the server: its date, where it sent one
+        listed, now = listed.partition("@")[2], modified(headers)
     if (now and listed and now != listed) or (total.isdigit() and int(total) != shard.size):
         raise _changed(shard, now or "unknown", total)
     return data if status == 206 else data[start:stop]  # a server that ignores ranges sends it all

@@ -29,6 +29,7 @@ class RecordBlock:
     counters: dict[str, int] = field(default_factory=dict)
     skip_bad: bool = False
     skipped: list[tuple[int, str]] = field(default_factory=list)
+    digest: str = ""  # of the bytes the chunk was read from (zephon.io.formats.content_digest)
 
     def without(self, bad: dict[int, str], counters: dict[str, int] | None = None) -> RecordBlock:
         """This block less the records at positions ``bad`` (position: why), counted as skipped."""
@@ -38,7 +39,9 @@ class RecordBlock:
         counters["skipped_records"] = counters.get("skipped_records", 0) + len(bad)
         skipped = self.skipped + [(int(self.numbers[i]), why) for i, why in bad.items()]
         records = [r for r, k in zip(self.records, keep, strict=True) if k]
-        return RecordBlock(self.dataset, records, self.numbers[keep], counters, self.skip_bad, skipped)
+        return RecordBlock(
+            self.dataset, records, self.numbers[keep], counters, self.skip_bad, skipped, self.digest
+        )
 
     def __len__(self) -> int:
         return len(self.records)
@@ -84,6 +87,7 @@ class Docs:
     skipped: list[tuple[int, str]] = field(default_factory=list)  # as RecordBlock's
     patches: Patches | None = None  # image-text data: the patch of each image token
     patch_at: np.ndarray | None = None  # int64 [total + 1]: image tokens before each token
+    digest: str = ""  # of the bytes its chunk was read from, as the read gave it
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

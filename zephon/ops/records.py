@@ -31,9 +31,12 @@ class Read(WorkOperator):
 
     def work(self, chunk: Chunk) -> RecordBlock:
         dataset = self.datasets[chunk.dataset]
-        records = dataset.read(chunk, self.io)[chunk.skip :]
+        read = dataset.read_chunk(chunk, self.io)
+        records = read.records[chunk.skip :]
         numbers = np.arange(chunk.skip, chunk.skip + len(records))
-        block = RecordBlock(chunk.dataset, records, numbers, skip_bad=dataset.on_error == "skip")
+        block = RecordBlock(
+            chunk.dataset, records, numbers, skip_bad=dataset.on_error == "skip", digest=read.digest
+        )
         if not block.skip_bad:
             return block
         bad = {i: r.message for i, r in enumerate(records) if isinstance(r, BadRecord)}

@@ -1,7 +1,7 @@
 """File formats: how a shard is planned into chunks and how a chunk is read into records."""
 
 from zephon.io.formats.arrow import ArrowFormat
-from zephon.io.formats.base import BadRecord, DataError, Format, Records
+from zephon.io.formats.base import BadRecord, ChunkRead, DataError, Format, Records
 from zephon.io.formats.imagefolder import ImageFolderFormat
 from zephon.io.formats.lines import JsonLinesFormat, TextFormat
 from zephon.io.formats.parquet import ParquetFormat
@@ -10,6 +10,7 @@ from zephon.io.formats.webdataset import WebDatasetFormat
 __all__ = [
     "ArrowFormat",
     "BadRecord",
+    "ChunkRead",
     "DataError",
     "Format",
     "ImageFolderFormat",

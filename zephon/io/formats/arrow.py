@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from zephon.io.chunks import Shard, rows_within, split_range
-from zephon.io.formats.base import LRU, Format, Records
+from zephon.io.formats.base import LRU, ChunkRead, Format, content_digest
 
 if TYPE_CHECKING:  # pyarrow is imported where an Arrow file is read: not at zephon's import
     import pyarrow as pa
@@ -57,13 +57,13 @@ class ArrowFormat(Format):
             start += batch.num_rows
         return ranges
 
-    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> Records:
+    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         offset = 0
         for batch in _batches(shard, opener):
             if offset <= start < offset + batch.num_rows:
                 piece = batch.slice(start - offset, stop - start)
                 if columns:
                     piece = piece.select(list(columns))
-                return piece.to_pylist()
+                return ChunkRead(piece.to_pylist(), content_digest(piece.serialize()))
             offset += batch.num_rows
         raise ValueError(f"{shard.url}: rows [{start}, {stop}) are past the end of the file")

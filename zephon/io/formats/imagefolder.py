@@ -13,7 +13,7 @@ from __future__ import annotations
 import posixpath
 
 from zephon.io.chunks import Shard
-from zephon.io.formats.base import BadRecord, DataError, Records
+from zephon.io.formats.base import BadRecord, ChunkRead, DataError, content_digest
 from zephon.io.formats.lines import JsonLinesFormat
 
 METADATA = ("metadata.jsonl",)
@@ -27,21 +27,23 @@ class ImageFolderFormat(JsonLinesFormat):
         super().__init__(compression)
         self.images: dict[str, Shard] = {}  # URL -> the image file's shard, from the listing
 
-    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> Records:
+    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         wanted = None if columns is None else (*(c for c in columns if c != "image"), "file_name")
-        records = super().read(shard, start, stop, wanted, opener, skip_bad)
+        lines = super().read(shard, start, stop, wanted, opener, skip_bad)
+        records, images = lines.records, []
         folder = shard.url.rsplit("/", 1)[0]
         for i, record in enumerate(records):
             if isinstance(record, BadRecord):
                 continue
             try:
                 record["image"] = self._image(folder, record, opener)
+                images.append(record["image"])
             except ValueError as e:
                 if not skip_bad:
                     line = self.line_of(shard, start, stop, i, opener)
                     raise DataError(f"{shard.url}, line {line}: {e}") from None
                 records[i] = BadRecord(str(e))
-        return records
+        return ChunkRead(records, content_digest(lines.digest.encode(), *images))
 
     def _image(self, folder: str, record: dict, opener) -> bytes:
         name = record.get("file_name")

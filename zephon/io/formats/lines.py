@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from zephon.io.chunks import Shard, split_range
-from zephon.io.formats.base import BadRecord, DataError, Format, Records
+from zephon.io.formats.base import BadRecord, ChunkRead, DataError, Format, Records, content_digest
 
 _TAIL = 64 << 10  # read-ahead to finish a chunk's last line
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())
@@ -27,10 +27,16 @@ class _LineFormat(Format):
         assert not self.compression, "compressed files are planned through their plain copy"
         return split_range(0, shard.size, chunk_bytes)
 
-    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> Records:
+    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         assert not self.compression, "compressed files are read through their plain copy"
         with opener.open(shard) as f:
             first, data = _owned_lines(f, start, stop)
+        return ChunkRead(
+            self.parse_lines(shard, first, data, columns, opener, skip_bad), content_digest(data)
+        )
+
+    def parse_lines(self, shard, first: int, data: bytes, columns, opener, skip_bad: bool) -> Records:
+        """The records of the lines ``data`` (which start at byte ``first`` of ``shard``)."""
         records = self.parse_all(data, columns)
         if records is not None:
             return records

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from zephon.io.chunks import Shard, rows_within, split_range
-from zephon.io.formats.base import LRU, Format, Records
+from zephon.io.formats.base import LRU, ChunkRead, Format, content_digest
 
 if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: not at zephon's import
     import pyarrow as pa
@@ -55,11 +55,13 @@ class ParquetFormat(Format):
             ranges += split_range(start, stop, step)
         return ranges
 
-    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> Records:
+    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         bounds = row_group_bounds(self.footer(shard, opener))
         group = next(i for i, (a, b) in enumerate(bounds) if a <= start < b)
         table = self._row_group(shard, group, columns, opener)
-        return table.slice(start - bounds[group][0], stop - start).to_pylist()
+        piece = table.slice(start - bounds[group][0], stop - start)
+        digest = content_digest(*(batch.serialize() for batch in piece.to_batches()))
+        return ChunkRead(piece.to_pylist(), digest)
 
     def _row_group(self, shard, group, columns, opener) -> pa.Table:
         # the chunks of one row group are read by several lanes and workers: decode it once

@@ -18,7 +18,7 @@ import tarfile
 from dataclasses import dataclass
 
 from zephon.io.chunks import Shard, rows_within, split_range
-from zephon.io.formats.base import LRU, BadRecord, DataError, Format, Records
+from zephon.io.formats.base import LRU, BadRecord, ChunkRead, DataError, Format, Records, content_digest
 
 _INDEXES = LRU(64)
 TEXT = ("txt", "text", "caption", "cap")
@@ -122,10 +122,10 @@ class WebDatasetFormat(Format):
         n = self.rows(shard, opener)
         return split_range(0, n, rows_within(chunk_size, chunk_bytes, n, shard.size)) if n else []
 
-    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> Records:
+    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         index = self.index(shard, opener)
         if start >= stop:
-            return []
+            return ChunkRead([], content_digest())
         begin, end = index.spans[start][0], index.spans[stop - 1][1]
         with opener.open(shard) as f:
             f.seek(begin)
@@ -148,7 +148,7 @@ class WebDatasetFormat(Format):
                     raise DataError(message) from None
                 record = BadRecord(message)
             records.append(record)
-        return records
+        return ChunkRead(records, content_digest(data))
 
 
 class _Blocks:

@@ -1,0 +1,117 @@
+"""The bytes are the run's: a chunk read again with other bytes fails by name (zephon.digests)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from zephon import Dataset, Pipeline
+from zephon.io.remote import ChangedFileError
+from zephon.testing import take
+
+SAMPLED = 64 << 10  # a local file's version samples its first, middle and last 64 KiB
+
+
+def _write_corpus(path, n: int = 9000) -> bytes:
+    lines = b"".join(
+        json.dumps({"text": f"document {i:05d} " + "and the word was " * (i % 7 + 1)}).encode() + b"\n"
+        for i in range(n)
+    )
+    path.write_bytes(lines)
+    os.utime(path, (1_700_000_000, 1_700_000_000))
+    return lines
+
+
+def _pipeline(path, gpt2, runner: str = "thread", exhausted: str = "stop") -> Pipeline:
+    return (
+        Pipeline(Dataset.from_path("d", str(path), exhausted=exhausted))
+        .options(num_lanes=2, chunk_bytes=32 << 10, runner=runner)
+        .tokenize(gpt2, parallelism=2)
+        .pack_flat(max_length=64)
+        .shuffle(buffer_size=8, seed=1)
+        .batch(microbatch_size=2)
+    )
+
+
+def _edit_in_place(path, start: int, stop: int) -> None:
+    """One letter changed inside bytes ``[start, stop)``, away from the sampled blocks; the size
+    and the modification time kept (as an in-place edit with ``touch -r`` would)."""
+    data = bytearray(path.read_bytes())
+    at = data.index(b"word", (start + stop) // 2, stop)  # in a line that starts inside the range
+    data[at] = ord("W")
+    path.write_bytes(bytes(data))
+    os.utime(path, (1_700_000_000, 1_700_000_000))
+
+
+def _unsampled(size: int, start: int, stop: int) -> bool:
+    middle = max(0, size // 2 - SAMPLED // 2)
+    sampled = [(0, SAMPLED), (middle, middle + SAMPLED), (size - SAMPLED, size)]
+    return all(stop <= a or start >= b for a, b in sampled)
+
+
+@pytest.mark.parametrize("runner", ["thread", "process"])
+def test_a_local_file_edited_in_place_with_size_and_mtime_kept_fails_the_restore_by_name(
+    tmp_path, gpt2, runner
+):
+    path = tmp_path / "d.jsonl"
+    lines = _write_corpus(path)
+    assert 800_000 < len(lines) < 1_100_000
+    pipeline = _pipeline(path, gpt2, runner)
+    take(pipeline, 21)
+    state = pipeline.state_dict()
+    pipeline.close()
+    plan = _pipeline(path, gpt2).plan()
+    replayed = [
+        plan.chunk(dataset, lane, k)
+        for lane, value in ((int(lane), v) for lane, v in state["lanes"].items())
+        for dataset, k, _ in value["digests"]
+    ]
+    chunk = next(c for c in replayed if _unsampled(len(lines), c.start, c.stop))
+    _edit_in_place(path, chunk.start, chunk.stop)
+
+    resumed = _pipeline(path, gpt2, runner)
+    resumed.load_state_dict(state)  # the file's listed version (size, sampled bytes) is unchanged
+    with pytest.raises(
+        ChangedFileError, match=r"d\.jsonl, bytes \[\d+, \d+\) changed during the run: the run "
+    ):
+        take(resumed, 40)
+    resumed.close()
+
+
+@pytest.mark.parametrize("runner", ["inline", "process"])
+def test_a_chunk_read_again_in_a_later_epoch_with_other_bytes_fails_naming_the_file(tmp_path, gpt2, runner):
+    path = tmp_path / "d.jsonl"
+    lines = _write_corpus(path, 3000)
+    pipeline = _pipeline(path, gpt2, runner, exhausted="repeat")
+    iterator = iter(pipeline)
+    for _ in range(1000):  # every chunk read at least once (the file makes about 450 batches)
+        next(iterator)
+    assert (pipeline._run._digests.known[0] != 0).all(), "every chunk was read before the edit"
+    _edit_in_place(path, 0, len(lines))  # and read again in the next epochs
+    with pytest.raises(ChangedFileError, match=r"d\.jsonl, bytes \[\d+, \d+\) changed during the run"):
+        for _ in range(20_000):
+            next(iterator)
+    pipeline.close()
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "text", "parquet", "arrow"])
+def test_a_chunks_digest_is_the_same_however_often_it_is_read_and_changes_with_its_bytes(tmp_path, fmt):
+    from zephon.testing import write_arrow, write_jsonl, write_parquet, write_text
+
+    write = {"jsonl": write_jsonl, "text": write_text, "parquet": write_parquet, "arrow": write_arrow}[fmt]
+    docs = [{"text": f"record {i} of the file"} for i in range(200)]
+    path = str(tmp_path / f"d.{'txt' if fmt == 'text' else fmt}")
+    write(path, docs)
+    dataset = Dataset.from_path("d", path)
+    table = dataset.chunks(1, chunk_size=50, chunk_bytes=1024)
+    digests = [dataset.read_chunk(table.chunk(0, i)).digest for i in range(len(table))]
+    assert len(set(digests)) == len(digests), "each chunk's bytes are its own"
+    assert [dataset.read_chunk(table.chunk(0, i)).digest for i in range(len(table))] == digests
+
+    docs[3] = {"text": "record 3 of the filE"}
+    write(path, docs)
+    changed = Dataset.from_path("d", path)
+    again = [changed.read_chunk(table.chunk(0, i)).digest for i in range(len(table))]
+    assert again[0] != digests[0] and again[1:] == digests[1:]
