@@ -32,6 +32,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # the tests' fake stores and failing functions (support/)
 RESULTS = os.path.join(ROOT, "benchmarks", "results", "reliability.md")
 ENV = dict(
     AWS_ACCESS_KEY_ID="testing",
@@ -126,8 +127,7 @@ def make_rank(folder: str, gpt2: str, world: int, rank: int):
 def moto(tmp: str):
     """moto's S3 with bucket ``corpus``: (server, client, storage_options)."""
     import boto3
-
-    from zephon.testing.fakes3 import CountingMotoServer
+    from support.fakes3 import CountingMotoServer
 
     server = CountingMotoServer(port=0)
     server.start()
@@ -206,8 +206,9 @@ def s3_replace_with_cache(tmp, gpt2):
 def http_no_etag_update(tmp, gpt2):
     import urllib.request
 
+    from support.fakehttp import FileServer
+
     from zephon import Dataset
-    from zephon.testing.fakehttp import FileServer
 
     www = os.path.join(tmp, "www")
     os.makedirs(www)
@@ -342,9 +343,10 @@ def cache_entry_copied(tmp, gpt2):
 
 @case("15-readonly-cache", drop_root=True)
 def readonly_cache(tmp, gpt2):
+    from support.fakehttp import FileServer
+
     from zephon import Dataset
     from zephon.testing import drain
-    from zephon.testing.fakehttp import FileServer
 
     www, folder = os.path.join(tmp, "www"), os.path.join(tmp, "readonly-cache")
     os.makedirs(www)
@@ -523,8 +525,7 @@ def sigstop_worker(tmp, gpt2):
 @case("10-parent-killed")
 def parent_killed(tmp, gpt2):
     import psutil
-
-    from zephon.testing.functions import ORPHAN_SCRIPT
+    from support.functions import ORPHAN_SCRIPT
 
     def alive(pid: int) -> bool:
         try:
@@ -552,9 +553,10 @@ def parent_killed(tmp, gpt2):
 
 @case("13-unpicklable-worker-error")
 def unpicklable_worker_error(tmp, gpt2):
+    from support.functions import raises_two_argument_error
+
     from zephon import Dataset, Pipeline
     from zephon.testing import drain
-    from zephon.testing.functions import raises_two_argument_error
 
     ds = Dataset.from_path("synthetic", corpus(tmp))
     pipeline = Pipeline(ds).options(runner="process").map(raises_two_argument_error).tokenize(gpt2)
@@ -566,10 +568,11 @@ def unpicklable_worker_error(tmp, gpt2):
 
 @case("18-s3-503-forever")
 def s3_503_forever(tmp, gpt2):
+    from support.fakehttp import s3_answering_503
+
     from zephon import Dataset
     from zephon.io import IOConfig
     from zephon.io.chunks import Shard
-    from zephon.testing.fakehttp import s3_answering_503
 
     server, storage = s3_answering_503(tmp)
     config = IOConfig.parse({"retries": {"attempts": 100, "backoff": 0.2, "max_wait": 1.0, "budget": 3.0}})

@@ -20,8 +20,7 @@ import sys
 import tempfile
 import time
 
-from zephon.testing import logged_losses
-from zephon.testing.jobs import (
+from train_jobs import (
     CONFIG,
     ROOT,
     by_step,
@@ -30,6 +29,8 @@ from zephon.testing.jobs import (
     draw_barcode,
     run_train,
 )
+
+from zephon.testing import logged_losses
 
 
 def run(ngpu: int, config: str, dump: str, *args: str) -> dict[int, float]:

@@ -22,8 +22,7 @@ import sys
 import tempfile
 import time
 
-from zephon.testing import logged_losses
-from zephon.testing.jobs import (
+from train_jobs import (
     CONFIG,
     ROOT,
     by_step,
@@ -32,6 +31,8 @@ from zephon.testing.jobs import (
     draw_barcode,
     run_train,
 )
+
+from zephon.testing import logged_losses
 
 RANKS = (1, 2, 4)
 LOADERS = {"torchtitan": "TorchTitan 0.3.0's own loader", "zephon": "zephon"}

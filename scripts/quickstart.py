@@ -22,8 +22,9 @@ import shutil
 import sys
 import time
 
+from train_jobs import CONFIG, ROOT, by_step, digest_lines, run_train
+
 from zephon.testing import logged_losses
-from zephon.testing.jobs import CONFIG, ROOT, by_step, digest_lines, run_train
 
 
 def train(ngpu: int, dump: str, *args: str) -> tuple[dict[int, float], dict[int, str]]:

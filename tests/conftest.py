@@ -15,7 +15,12 @@ import tempfile
 
 import pytest
 
-from zephon.testing.fakehub import FakeHub
+# the tests' own helpers (tests/support: fake stores, failing functions) and the job helpers the
+# scripts share (scripts/train_jobs.py): neither is part of the installed package
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.join(os.path.dirname(_HERE), "scripts")]
+
+from support.fakehub import FakeHub  # noqa: E402
 
 if "huggingface_hub" in sys.modules or "datasets" in sys.modules:
     raise RuntimeError("huggingface_hub was imported before the fake hub's HF_ENDPOINT was set")
@@ -95,8 +100,8 @@ def make_rank(corpus, gpt2):
 
 @pytest.fixture(scope="session")
 def hub() -> FakeHub:
-    """The fake hub, with the example repos of zephon.testing.hubdata (real text)."""
-    from zephon.testing.hubdata import populate_hub
+    """The fake hub, with the example repos of support.hubdata (real text)."""
+    from support.hubdata import populate_hub
 
     if not os.path.exists(os.path.join(HUB.root, "datasets")):
         populate_hub(str(HUB.root))
@@ -107,8 +112,7 @@ def hub() -> FakeHub:
 def s3(tmp_path_factory):
     """moto's S3 server on 127.0.0.1 with bucket ``corpus``: (server, storage_options)."""
     import boto3
-
-    from zephon.testing.fakes3 import CountingMotoServer
+    from support.fakes3 import CountingMotoServer
 
     server = CountingMotoServer(port=0)
     server.start()

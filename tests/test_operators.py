@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from support.functions import keeps_most, long_enough, shout
 
 from zephon import Dataset, Pipeline
 from zephon.testing import check_conformance, drain, write_jsonl
-from zephon.testing.functions import keeps_most, long_enough, shout
 
 RECIPES = {  # windows of a few batches, so that 16 steps cross several of them
     "map-filter-wrap": lambda p, t: p.map(shout).filter(long_enough).tokenize(t).pack_flat(48).batch(2),

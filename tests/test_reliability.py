@@ -16,11 +16,7 @@ import traceback
 
 import psutil
 import pytest
-
-from zephon import Dataset, Options, Pipeline
-from zephon.io import DataError
-from zephon.testing import drain, take, write_jsonl
-from zephon.testing.functions import (
+from support.functions import (
     ORPHAN_SCRIPT,
     TwoArgumentError,
     failing_on_seven,
@@ -28,6 +24,10 @@ from zephon.testing.functions import (
     rename_content,
     shout,
 )
+
+from zephon import Dataset, Options, Pipeline
+from zephon.io import DataError
+from zephon.testing import drain, take, write_jsonl
 
 # -- settings and states ------------------------------------------------------------------------
 

@@ -215,8 +215,9 @@ def test_unreachable_https_url_fails_within_the_retry_budget():
 
 
 def test_an_s3_store_answering_503_fails_within_the_retry_budget_naming_url_and_budget(tmp_path):
+    from support.fakehttp import s3_answering_503
+
     from zephon.io.chunks import Shard
-    from zephon.testing.fakehttp import s3_answering_503
 
     server, storage = s3_answering_503(str(tmp_path))
     config = IOConfig.parse({"retries": {"attempts": 100, "backoff": 0.2, "max_wait": 1.0, "budget": 3.0}})
@@ -304,7 +305,7 @@ def test_an_object_of_a_versioned_bucket_is_read_at_its_listed_version(s3):
 
 @pytest.fixture
 def web(tmp_path):
-    from zephon.testing.fakehttp import FileServer
+    from support.fakehttp import FileServer
 
     server = FileServer(str(tmp_path / "www")).start() if (tmp_path / "www").mkdir() is None else None
     yield server, tmp_path / "www"

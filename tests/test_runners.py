@@ -13,11 +13,11 @@ import time
 
 import numpy as np
 import pytest
+from support.functions import SlowToStart, counting_to
 
 from zephon.runners import handover
 from zephon.runners.process import ProcessExecutor
 from zephon.runners.thread import ThreadExecutor
-from zephon.testing.functions import SlowToStart, counting_to
 
 
 @pytest.mark.parametrize("hurried", [None, "c", "a"])

@@ -6,9 +6,9 @@ import os
 import shutil
 
 import pytest
+from train_jobs import by_step, default_loader_config, digest_lines, recipe_copy, run_train
 
 from zephon.testing import logged_losses
-from zephon.testing.jobs import by_step, default_loader_config, digest_lines, recipe_copy, run_train
 
 losses = logged_losses
 pytestmark = pytest.mark.slow  # real torchrun jobs
@@ -74,7 +74,7 @@ def test_skipped_steps_train_on_the_baselines_later_data_and_resume_on_1_rank_ag
     import subprocess
     import sys
 
-    from zephon.testing.jobs import CONFIG, ROOT
+    from train_jobs import CONFIG, ROOT
 
     cmd = [sys.executable, "-m", "zephon.replay", "--job", CONFIG, "--dump_folder", dump, "--step", "3"]
     result = subprocess.run(
@@ -167,8 +167,7 @@ def test_replay_prints_the_digest_training_wrote_from_a_checkpoint_or_the_start(
     import sys
 
     import numpy as np
-
-    from zephon.testing.jobs import CONFIG, ROOT
+    from train_jobs import CONFIG, ROOT
 
     dump, digests, _ = baseline
     for step, began in ((7, os.path.join("checkpoint", "step-4")), (2, "the start of the run")):

@@ -211,7 +211,7 @@ def test_launch_checks_name_the_numbers_to_change(tmp_path, monkeypatch, world, 
     ],
 )
 def test_a_recipe_that_does_not_fit_the_model_fails_at_launch(tmp_path, gpt2, change, message):
-    from zephon.testing.jobs import recipe_copy
+    from train_jobs import recipe_copy
 
     if change == "gpt2":
         recipe = recipe_copy(
@@ -226,7 +226,8 @@ def test_a_recipe_that_does_not_fit_the_model_fails_at_launch(tmp_path, gpt2, ch
 
 
 def test_a_recipe_sets_on_error_per_dataset_and_a_wrong_value_is_named(tmp_path):
-    from zephon.testing.jobs import recipe_copy
+    from train_jobs import recipe_copy
+
     from zephon.torchtitan.recipe import build_pipeline
 
     geometry = dict(dp_rank=0, dp_world_size=1, seq_len=64, microbatch_size=2)
@@ -320,7 +321,7 @@ def test_replay_names_a_damaged_checkpoint_file_and_what_to_do(tmp_path, capsys,
 
 
 def _stopping_recipe(folder, path: str | None = None) -> str:
-    from zephon.testing.jobs import ROOT, recipe_copy
+    from train_jobs import ROOT, recipe_copy
 
     changes = {'exhausted = "repeat"': 'exhausted = "stop"'}
     if path is not None:

@@ -1,4 +1,6 @@
-"""Helpers for tests, demos and benchmarks: real test material, synthetic data, conformance."""
+"""Helpers for users, tests, demos and benchmarks: real test material (GPT-2 BPE, KJV, images),
+synthetic data, the conformance check, and running a job's ranks in one process. Fake stores
+and job launchers live with the tests and scripts (tests/support, scripts/train_jobs.py)."""
 
 from zephon.testing.conformance import check_conformance, drain, take
 from zephon.testing.data import (

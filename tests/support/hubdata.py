@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from support.fakehub import revision_dir
 from zephon.testing.data import (
     gpt2_tokenizer_dir,
     kjv_records,
@@ -12,7 +13,6 @@ from zephon.testing.data import (
     write_jsonl,
     write_parquet,
 )
-from zephon.testing.fakehub import revision_dir
 
 README_CONFIGS = """---
 configs:

@@ -1,6 +1,8 @@
 """TorchTitan jobs as a user runs them (``run_train.sh`` under torchrun), for tests and figures.
 
-Runs in a source checkout: ``ROOT`` is the repository, with ``run_train.sh`` and the job configs.
+Runs in a source checkout (it is not part of the installed package): ``ROOT`` is the repository,
+with ``run_train.sh`` and the job configs. Scripts import it from their own folder; the tests
+find it through ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import json
 import os
 import subprocess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "train_configs/llama3_debug.toml"
 
 
