@@ -23,7 +23,7 @@ import platform
 import tempfile
 import time
 
-from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+from zephon import Dataset, MixtureWorkSource, Pipeline
 from zephon.io import load_tokenizer
 from zephon.testing import gpt2_tokenizer_dir
 from zephon.testing.data import real_text_corpora
@@ -77,7 +77,7 @@ def main() -> None:
         tok = load_tokenizer(tokenizer)
         for algorithm in ("wrap", "best_fit"):
             datasets = [Dataset.from_path(n, p, exhausted="repeat") for n, (p, _) in corpora.items()]
-            source = StaticMixtureWorkSource(datasets, MIXTURE, token_estimation=TokenEstimation(), seed=1)
+            source = MixtureWorkSource(datasets, MIXTURE, unit="tokens", seed=1)
             start = time.monotonic()
             m = measure(build(source, tokenizer, algorithm), args.tokens)
             run = f"mixture {MIXTURE}"[:44]

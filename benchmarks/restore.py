@@ -23,7 +23,7 @@ import statistics
 import tempfile
 import time
 
-from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+from zephon import Dataset, MixtureWorkSource, Pipeline
 from zephon.testing import gpt2_tokenizer_dir, take
 from zephon.testing.data import real_text_corpora
 
@@ -34,7 +34,7 @@ SHUFFLE, MICROBATCH = 64, 8
 
 def build(paths: dict[str, str], tokenizer: str, lanes: int, backend: str = "auto") -> Pipeline:
     datasets = [Dataset.from_path(n, p, exhausted="repeat") for n, p in paths.items()]
-    source = StaticMixtureWorkSource(datasets, MIXTURE, token_estimation=TokenEstimation(), seed=1)
+    source = MixtureWorkSource(datasets, MIXTURE, unit="tokens", seed=1)
     return (
         Pipeline(source)
         .options(num_lanes=lanes)
@@ -76,7 +76,7 @@ def main() -> None:
         tokenizer = gpt2_tokenizer_dir(os.path.join(tmp, "gpt2"))
         for lanes in (8, 64):
             pipeline = build(paths, tokenizer, lanes)
-            ops, window = pipeline.lane_ops(), 0
+            ops, window = pipeline.spec().lane_ops(), 0
             ramp = 0  # batches of the windows before the first full-size one
             while ops.rows_in(window) < ops.window_rows:
                 ramp, window = ramp + ops.rows_in(window) // MICROBATCH, window + 1

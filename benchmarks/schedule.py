@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from zephon import Dataset, Pipeline, ScheduledMixtureWorkSource, TokenEstimation
+from zephon import Dataset, Pipeline, ScheduledMixtureWorkSource
 from zephon.testing import gpt2_tokenizer_dir, write_jsonl, write_parquet
 from zephon.testing.data import kjv_grouped, kjv_records, python_source_documents
 from zephon.work import Schedule
@@ -59,7 +59,7 @@ def datasets(tmp: str) -> list[Dataset]:
 
 def measure(tmp: str, total: int, shuffle: int) -> tuple[np.ndarray, np.ndarray, float]:
     """Tokens per dataset in each segment, per-row (position, dataset counts), and seconds."""
-    source = ScheduledMixtureWorkSource(datasets(tmp), SCHEDULE, token_estimation=TokenEstimation(), seed=1)
+    source = ScheduledMixtureWorkSource(datasets(tmp), SCHEDULE, unit="tokens", seed=1)
     pipeline = Pipeline(source).options(num_lanes=LANES).tokenize(gpt2_tokenizer_dir(tmp), parallelism=2)
     pipeline = pipeline.pack_flat(MAX_LENGTH)
     pipeline = (pipeline.shuffle(shuffle, seed=2) if shuffle else pipeline).batch(8)

@@ -29,7 +29,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+from zephon import Dataset, MixtureWorkSource, Pipeline
 from zephon.testing import gpt2_tokenizer_dir, write_jsonl, write_parquet
 from zephon.testing.data import kjv_grouped, kjv_records, python_source_documents
 
@@ -66,8 +66,7 @@ def write_corpora(tmp: str) -> dict[str, str]:
 def run(paths, tokenizer, case: str, unit: str, seed: int, tokens: int, shuffle: int):
     target = CASES[case]
     datasets = [Dataset.from_path(name, paths[name], exhausted="repeat") for name in target]
-    estimation = TokenEstimation() if unit == "tokens" else None
-    source = StaticMixtureWorkSource(datasets, target, token_estimation=estimation, seed=seed)
+    source = MixtureWorkSource(datasets, target, unit=unit, seed=seed)
     pipeline = (
         Pipeline(source)
         .options(num_lanes=LANES, chunk_size=CHUNK_SIZE)
@@ -119,7 +118,7 @@ def main() -> None:
         tokenizer = gpt2_tokenizer_dir(os.path.join(tmp, "gpt2"))
         for shuffle in SHUFFLES:
             for case, target in CASES.items():
-                for unit in ("tokens", "records"):
+                for unit in ("tokens", "documents"):
                     for seed in range(1, args.seeds + 1):
                         start = time.monotonic()
                         shares, curve = run(paths, tokenizer, case, unit, seed, args.tokens, shuffle)

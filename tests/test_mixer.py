@@ -9,7 +9,7 @@ import pytest
 from zephon.ops import BatchRows, PackFlat, Rows, Shuffle
 from zephon.ops.containers import Docs
 from zephon.ops.pack import decreasing
-from zephon.work import Mixer, MixState, Position
+from zephon.work import Mixer, MixRule, MixState, Position
 from zephon.work.mixture import pick
 from zephon.work.plan import ChunkDealer
 
@@ -41,7 +41,7 @@ def _mixer(streams: list[list[Docs]], shares: list[float], unit="tokens", state=
 
     names = [f"d{i}" for i in range(len(streams))]
     state = state or MixState.start(len(streams))
-    return Mixer(names, shares, unit, fetch, state, max_empty=[5] * len(streams))
+    return Mixer(MixRule(names, shares, unit), fetch, state, max_empty=[5] * len(streams))
 
 
 def _sequence(mixer: Mixer, n: int, limit: int = 100) -> str:
@@ -60,7 +60,7 @@ def test_the_rule_takes_the_dataset_whose_next_piece_is_most_overdue():
 def test_a_record_mixture_counts_documents_and_ties_go_to_the_lower_index():
     # 3:1 by documents, every next piece is 1 document: keys A (u + .5)/.75, B (u + .5)/.25
     # A .67 < B 2 -> A; A 2 = B 2 -> A (tie); A 3.3 > B 2 -> B; A 3.3 -> A; A 4.7 -> A; A 6 = B 6 -> A
-    mixer = _mixer([_chunks(0, [[9] * 10]), _chunks(1, [[2] * 10])], [0.75, 0.25], unit="records")
+    mixer = _mixer([_chunks(0, [[9] * 10]), _chunks(1, [[2] * 10])], [0.75, 0.25], unit="documents")
     assert _sequence(mixer, 7) == "AABAAAB"
     assert mixer.state.used == [5, 2]
 
@@ -195,7 +195,7 @@ def test_the_dealer_gives_each_chunk_of_an_epoch_to_exactly_one_lane():
     assert again.permutation(1).tolist() != perm
 
 
-@pytest.mark.parametrize("unit", ["tokens", "records"])
+@pytest.mark.parametrize("unit", ["tokens", "documents"])
 @pytest.mark.parametrize("seed", range(12))
 def test_runs_take_exactly_the_pieces_the_rule_takes_one_by_one(unit, seed):
     rng = np.random.default_rng(seed)
@@ -226,7 +226,7 @@ def test_runs_take_exactly_the_pieces_the_rule_takes_one_by_one(unit, seed):
     assert stream(runs=True) == stream(runs=False)
 
 
-@pytest.mark.parametrize("unit", ["tokens", "records"])
+@pytest.mark.parametrize("unit", ["tokens", "documents"])
 @pytest.mark.parametrize("n", [2, 3])
 def test_runs_break_ties_as_the_rule_does(unit, n):
     # equal shares and documents of equal length: keys tie all the time, and a tie goes to the
@@ -243,7 +243,7 @@ def test_runs_break_ties_as_the_rule_does(unit, n):
     assert stream(runs=True) == stream(runs=False)
 
 
-@pytest.mark.parametrize("unit", ["tokens", "records"])
+@pytest.mark.parametrize("unit", ["tokens", "documents"])
 @pytest.mark.parametrize("seed", range(4))
 def test_long_runs_take_what_the_rule_takes_one_by_one(unit, seed):
     # a dataset of one- and two-token documents next to one of long ones: runs of hundreds of

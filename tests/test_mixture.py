@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from zephon import Dataset, Pipeline, StaticMixtureWorkSource
+from zephon import Dataset, MixtureWorkSource, Pipeline
 from zephon.testing import drain, run_job, synthetic_documents, write_jsonl, write_parquet
 
 EOS = 50256
@@ -39,7 +39,7 @@ def _pipeline(source, gpt2, lanes=4, **options):
 
 
 def test_record_mixture_is_followed_on_every_lane(two_corpora, gpt2):
-    source = StaticMixtureWorkSource(list(two_corpora), {"short": 0.3, "long": 0.7}, seed=1)
+    source = MixtureWorkSource(list(two_corpora), {"short": 0.3, "long": 0.7}, seed=1)
     pipeline = _pipeline(source, gpt2)
     batches = drain(pipeline, 800)
     for lane in range(4):
@@ -52,7 +52,7 @@ def test_record_mixture_is_followed_on_every_lane(two_corpora, gpt2):
 
 def test_mixture_is_elastic_and_resumable(two_corpora, gpt2):
     def make(d, r):
-        source = StaticMixtureWorkSource(list(two_corpora), {"short": 1, "long": 3}, seed=4)
+        source = MixtureWorkSource(list(two_corpora), {"short": 1, "long": 3}, seed=4)
         return _pipeline(source, gpt2, dp_rank=r, dp_world_size=d)
 
     baseline, _ = run_job(make, 1, 10, 2)
@@ -75,7 +75,7 @@ def test_repeat_starts_a_new_permutation_every_epoch(tmp_path, gpt2):
 
 def test_a_stopping_dataset_ends_the_lane_when_it_runs_out(two_corpora, tmp_path, gpt2):
     few = Dataset.from_path("few", write_jsonl(str(tmp_path / "f.jsonl"), synthetic_documents(200, 9)))
-    source = StaticMixtureWorkSource([few, two_corpora[1]], {"few": 1, "long": 1})
+    source = MixtureWorkSource([few, two_corpora[1]], {"few": 1, "long": 1})
     batches = drain(_pipeline(source, gpt2, lanes=2), 10**6)
     docs = _documents_per_dataset(batches, 2)
     assert docs[0] == 200, "every record of the stopping dataset is delivered once"
@@ -113,12 +113,12 @@ def test_a_stopping_dataset_ends_the_lane_when_it_runs_out(two_corpora, tmp_path
 )
 def test_bad_mixtures_are_explained(two_corpora, mixture, message):
     with pytest.raises(ValueError, match=message):
-        StaticMixtureWorkSource(list(two_corpora), mixture)
+        MixtureWorkSource(list(two_corpora), mixture)
 
 
 def test_weights_count_by_their_ratio_however_large_or_small(two_corpora):
     for scale in (1e-300, 1, 1e300):
-        source = StaticMixtureWorkSource(list(two_corpora), {"short": scale, "long": 3 * scale})
+        source = MixtureWorkSource(list(two_corpora), {"short": scale, "long": 3 * scale})
         assert source.shares == pytest.approx([0.25, 0.75])
 
 
@@ -134,7 +134,7 @@ def test_too_few_chunks_for_the_lanes_is_explained(tmp_path, gpt2):
 
 
 def test_a_packed_row_tells_which_dataset_each_span_came_from(two_corpora, gpt2):
-    source = StaticMixtureWorkSource(list(two_corpora), {"short": 1, "long": 1}, seed=1)
+    source = MixtureWorkSource(list(two_corpora), {"short": 1, "long": 1}, seed=1)
     pipeline = Pipeline(source).options(chunk_size=5, chunk_bytes=300).tokenize(gpt2).pack_flat(512).batch(1)
     batches = drain(pipeline, 30)
     mixed = [b for b in batches if len({d for d, _, _ in b.source_spans(0) if d >= 0}) == 2]
@@ -162,15 +162,13 @@ def lumpy_mixture(tmp_path_factory):
 
 
 def _lumpy(datasets, gpt2, runner, unit_tokens):
-    from zephon import TokenEstimation
-
-    estimation = TokenEstimation() if unit_tokens else None
-    source = StaticMixtureWorkSource(datasets, {"a": 2, "b": 1}, token_estimation=estimation, seed=5)
+    unit = "tokens" if unit_tokens else "documents"
+    source = MixtureWorkSource(datasets, {"a": 2, "b": 1}, unit=unit, seed=5)
     p = Pipeline(source).options(num_lanes=2, chunk_bytes=1500, runner=runner)
     return p.tokenize(gpt2, parallelism=3).pack_flat(48).shuffle(4, seed=2).batch(2)
 
 
-@pytest.mark.parametrize("unit_tokens", [False, True], ids=["records", "tokens"])
+@pytest.mark.parametrize("unit_tokens", [False, True], ids=["documents", "tokens"])
 @pytest.mark.parametrize("runner", ["thread", "process"])
 def test_a_mixture_is_the_same_under_every_runner(lumpy_mixture, gpt2, runner, unit_tokens):
     want = [b.digest() for b in drain(_lumpy(lumpy_mixture, gpt2, "inline", unit_tokens), 120)]

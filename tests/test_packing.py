@@ -73,7 +73,7 @@ def test_a_shuffle_permutes_the_rows_that_wrap_packing_makes_and_nothing_else(co
 
 def _last_window_start(batches, lane: int, pipeline) -> int:
     """Index of the first batch of the lane's last window."""
-    last, ops = max(b.index for b in batches if b.lane == lane), pipeline.lane_ops()
+    last, ops = max(b.index for b in batches if b.lane == lane), pipeline.spec().lane_ops()
     start, window = 0, 0
     while start + ops.rows_in(window) // ops.batch.microbatch_size <= last:
         start += ops.rows_in(window) // ops.batch.microbatch_size
@@ -93,7 +93,7 @@ def test_no_microbatch_holds_an_empty_row_before_a_stopping_dataset_ends(corpus,
         .batch(microbatch_size=4)
     )
     batches = drain(pipeline, 10**6)
-    assert len(batches) > 2 * 8 * pipeline.window_rows() // 4, "the run should cover several windows"
+    assert len(batches) > 2 * 8 * pipeline.spec().window_rows() // 4, "the run should cover several windows"
     for b in batches:
         empty = int(((b.sources >= 0).sum(axis=1) == 0).sum())
         padded = int((b.sources < 0).sum())

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zephon import Dataset, Pipeline, ScheduledMixtureWorkSource, StaticMixtureWorkSource, TokenEstimation
+from zephon import Dataset, MixtureWorkSource, Pipeline, ScheduledMixtureWorkSource
 from zephon.testing import run_job
 
 STEPS = 6
@@ -34,7 +34,6 @@ def _make(corpus: str, gpt2: str, recipe: tuple, runner: str, parallelism: int):
     datasets = [Dataset.from_path("a", parts[0], exhausted="repeat")]
     if mixture:
         datasets.append(Dataset.from_path("b", parts[1], exhausted="repeat"))
-    estimation = TokenEstimation() if unit == "tokens" else None
 
     def make(world: int, rank: int) -> Pipeline:
         if mixture == "schedule":  # a step and a ramp inside the run's first steps, whatever its lanes
@@ -44,10 +43,10 @@ def _make(corpus: str, gpt2: str, recipe: tuple, runner: str, parallelism: int):
                 {"at": per_lane * lanes, "weights": {"a": 0.2, "b": 0.8}},
                 {"at": 3 * per_lane * lanes, "weights": {"a": 0.5, "b": 0.5}, "ramp": "linear"},
             ]
-            source = ScheduledMixtureWorkSource(datasets, schedule, token_estimation=estimation, seed=3)
+            source = ScheduledMixtureWorkSource(datasets, schedule, unit=unit, seed=3)
         else:
             weights = {"a": 1.0} if not mixture else {"a": mixture, "b": 1 - mixture}
-            source = StaticMixtureWorkSource(datasets, weights, token_estimation=estimation, seed=3)
+            source = MixtureWorkSource(datasets, weights, unit=unit, seed=3)
         p = Pipeline(source).options(
             num_lanes=lanes, dp_rank=rank, dp_world_size=world, runner=runner, chunk_bytes=2048,
             window_rows=window_rows,
@@ -75,7 +74,7 @@ def test_any_recipe_topology_runner_and_resume_schedule_gives_the_uninterrupted_
     recipe = (
         lanes,
         data.draw(st.sampled_from([0, 0.3, 0.5, "schedule"]), label="mixture: share of a (0: one dataset)"),
-        data.draw(st.sampled_from(["tokens", "records"]), label="mixture unit"),
+        data.draw(st.sampled_from(["tokens", "documents"]), label="mixture unit"),
         data.draw(st.sampled_from(["wrap", "wrap", "best_fit"]), label="packing"),
         data.draw(st.sampled_from([0, 3, 8]), label="shuffle buffer (0: none)"),
         data.draw(st.sampled_from([None, 2, 6, 16]), label="window_rows"),

@@ -416,7 +416,7 @@ def test_second_pass_over_cached_s3_data_reads_zero_remote_bytes(s3_corpus, gpt2
 
 
 def test_elastic_resume_with_hub_and_s3_sources_and_a_token_mixture(hub, s3_corpus, gpt2, tmp_path):
-    from zephon import Pipeline, StaticMixtureWorkSource, TokenEstimation
+    from zephon import MixtureWorkSource, Pipeline
     from zephon.testing import run_job
 
     _, storage, _ = s3_corpus
@@ -429,9 +429,7 @@ def test_elastic_resume_with_hub_and_s3_sources_and_a_token_mixture(hub, s3_corp
                 "s3_bible", "s3://corpus/bible/verses.jsonl", storage_options=storage, exhausted="repeat"
             ),
         ]
-        source = StaticMixtureWorkSource(
-            datasets, {"hub_code": 0.5, "s3_bible": 0.5}, token_estimation=TokenEstimation(), seed=2
-        )
+        source = MixtureWorkSource(datasets, {"hub_code": 0.5, "s3_bible": 0.5}, unit="tokens", seed=2)
         return (
             Pipeline(source)
             .options(

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from zephon import Dataset, Pipeline, ScheduledMixtureWorkSource, TokenEstimation
+from zephon import Dataset, Pipeline, ScheduledMixtureWorkSource
 from zephon.testing import kjv_path, run_job, write_jsonl
 from zephon.testing.data import python_source_documents
-from zephon.work import Mixer, MixState, Schedule
+from zephon.work import Mixer, MixRule, MixState, Schedule
 
 # -- the schedule ---------------------------------------------------------------------------------
 
@@ -91,7 +91,7 @@ def _mixer(lengths: list[list[int]], shares, schedule=None) -> Mixer:
 
     names = [f"d{i}" for i in range(len(lengths))]
     return Mixer(
-        names, shares, "tokens", fetch, MixState.start(len(lengths)), [5] * len(lengths), False, schedule
+        MixRule(names, shares, "tokens", schedule), fetch, MixState.start(len(lengths)), [5] * len(lengths)
     )
 
 
@@ -153,7 +153,7 @@ def real_corpora(tmp_path_factory):
 
 
 def _pipeline(datasets, gpt2, shuffle=True, schedule=REAL, **options):
-    source = ScheduledMixtureWorkSource(datasets, schedule, token_estimation=TokenEstimation(), seed=3)
+    source = ScheduledMixtureWorkSource(datasets, schedule, unit="tokens", seed=3)
     pipeline = Pipeline(source).options(num_lanes=4, **options).tokenize(gpt2, parallelism=2).pack_flat(1024)
     return (pipeline.shuffle(16, seed=1) if shuffle else pipeline).batch(8)
 
@@ -202,7 +202,7 @@ def test_the_schedule_is_part_of_the_recipe(real_corpora, gpt2):
     other[1]["at"] = 400_001
     pipeline = _pipeline(real_corpora, gpt2)
     state = pipeline.state_dict()
-    changed = ScheduledMixtureWorkSource(real_corpora, other, token_estimation=TokenEstimation(), seed=3)
+    changed = ScheduledMixtureWorkSource(real_corpora, other, unit="tokens", seed=3)
     moved = Pipeline(changed).options(num_lanes=4).tokenize(gpt2, parallelism=2).pack_flat(1024)
     with pytest.raises(ValueError, match=r"changed: source\.schedule"):
         moved.shuffle(16, seed=1).batch(8).load_state_dict(state)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+from zephon import Dataset, MixtureWorkSource, Pipeline
 from zephon.testing import kjv_path, run_job, write_jsonl
 from zephon.testing.data import python_source_documents
 
@@ -27,7 +27,7 @@ def real_corpora(tmp_path_factory):
 
 
 def _pipeline(datasets, gpt2, **options):
-    source = StaticMixtureWorkSource(datasets, TARGET, token_estimation=TokenEstimation(), seed=3)
+    source = MixtureWorkSource(datasets, TARGET, unit="tokens", seed=3)
     return (
         Pipeline(source)
         .options(num_lanes=4, **options)

@@ -37,7 +37,7 @@ def test_every_shipped_job_config_is_valid(path):
         ("[recipes]\nseed = 1\n", r"unknown section\(s\) \['recipes'\]; valid: \['recipe', 'tokenizer'"),
         ("[recipe]\nlanes = 8\n", r"\[recipe\]: unknown key 'lanes'; valid keys: \['chunk_bytes'"),
         ("[recipe]\nnum_lanes = '8'\n", r"\[recipe\]: num_lanes = '8' should be an int"),
-        ("[recipe]\nflush_every = 4\n", r"flush_every is no longer a setting: .*window_rows"),
+        ("[recipe]\nflush_every = 4\n", r"\[recipe\]: unknown key 'flush_every'; valid keys: .*window_rows"),
         ("[packing]\nalgorithm = 1\n", r"\[packing\]: algorithm = 1 should be a string"),
         ("[tokenizer]\nid = 'x'\n", r"add at least one \[\[datasets\]\] table"),
         ("[tokenizer]\nid = 'x'\n[[datasets]]\nname = 'a'\n", r"\[\[datasets\]\] #1 needs 'path'"),

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+from zephon import Dataset, MixtureWorkSource, Pipeline
 from zephon.io.formats import BadRecord, DataError
 from zephon.ops.images import Images
 from zephon.testing import check_conformance, drain, run_job
@@ -378,8 +378,8 @@ def test_training_inputs_carry_one_normalized_patch_per_image_token_and_no_loss_
 def test_a_text_dataset_mixed_with_an_image_dataset_by_tokens(layouts, gpt2, corpus):
     text = Dataset.from_path("text", corpus, exhausted="repeat")
     images = dataset(layouts, "webdataset", exhausted="repeat")
-    source = StaticMixtureWorkSource([text, images], {"text": 0.5, "digits": 0.5},
-                                     token_estimation=TokenEstimation(), seed=1)  # fmt: skip
+    source = MixtureWorkSource([text, images], {"text": 0.5, "digits": 0.5},
+                                     unit="tokens", seed=1)  # fmt: skip
     p = (
         Pipeline(source).options(num_lanes=2, runner="thread", chunk_size=16, chunk_bytes=4096)
         .images(field="png", size=16, patch=8).tokenize(gpt2, field="text", image_token=IMAGE_TOKEN)
@@ -388,8 +388,8 @@ def test_a_text_dataset_mixed_with_an_image_dataset_by_tokens(layouts, gpt2, cor
     with pytest.raises(ValueError, match=r"has no such column; its columns are \['__key__', 'png', 'txt'\]"):
         drain(p, 4)  # tar samples call the caption 'txt'
     fix = Dataset.from_path("digits", layouts["parquet"], exhausted="repeat")
-    source = StaticMixtureWorkSource([text, fix], {"text": 0.5, "digits": 0.5},
-                                     token_estimation=TokenEstimation(), seed=1)  # fmt: skip
+    source = MixtureWorkSource([text, fix], {"text": 0.5, "digits": 0.5},
+                                     unit="tokens", seed=1)  # fmt: skip
     p = (
         Pipeline(source).options(num_lanes=2, runner="thread", chunk_size=16, chunk_bytes=4096)
         .images(size=16, patch=8).tokenize(gpt2, image_token=IMAGE_TOKEN).pack_flat(64).batch(4)

@@ -14,21 +14,19 @@ from zephon.run import Run
 from zephon.state import merge_states
 from zephon.work import (
     DatasetWorkSource,
+    MixtureWorkSource,
     ScheduledMixtureWorkSource,
-    StaticMixtureWorkSource,
-    TokenEstimation,
 )
 
 __all__ = [
     "Batch",
     "Dataset",
     "DatasetWorkSource",
+    "MixtureWorkSource",
     "Options",
     "Pipeline",
     "Run",
     "ScheduledMixtureWorkSource",
-    "StaticMixtureWorkSource",
-    "TokenEstimation",
     "__version__",
     "batches_per_lane",
     "global_step_digest",

@@ -47,17 +47,17 @@ PERFORMANCE_OPTIONS = (
 SHAPING_OPTIONS = ("num_lanes", "chunk_size", "chunk_bytes", "window_rows")
 
 
-def of_pipeline(pipeline) -> dict:
-    """The fingerprint of a pipeline's recipe, readable so that a difference can be named."""
-    options = pipeline.opts
+def of_spec(spec) -> dict:
+    """The fingerprint of a recipe (a zephon.spec.RunSpec), readable so that a difference can be named."""
+    options = spec.options
     return {
         "plan_version": PLAN_VERSION,
-        "source": of_source(pipeline.source, options.io),
+        "source": of_source(spec.source, options.io),
         "options": {
             **{k: getattr(options, k) for k in SHAPING_OPTIONS},
-            "window_rows": pipeline.window_rows(),
+            "window_rows": spec.window_rows(),
         },
-        "operators": [{"kind": op.kind, **op.params()} for op in pipeline.operators],
+        "operators": [{"kind": op.kind, **op.params()} for op in spec.operators],
     }
 
 

@@ -199,9 +199,10 @@ class ChunkStreams:
     def _where(self, dataset: int, k: int) -> str:
         return chunk_where(self.plan.source.datasets[dataset], self.plan.chunk(dataset, self.lane, k))
 
-    def prime(self, state: MixState) -> None:
-        """Hand the workers the chunks a lane starting at ``state`` reads first, without waiting."""
-        for d, position in enumerate(state.positions):
+    def prime(self, start: LaneState) -> None:
+        """Hand the workers the chunks a lane starting at ``start`` reads first, without waiting."""
+        self.window = start.window
+        for d, position in enumerate(start.mix.positions):
             self._submit(d, position.chunk, position.record)
 
     def _submit(self, dataset: int, k: int, skip: int) -> deque:
@@ -297,13 +298,10 @@ def lane_batches(
     max_empty = [2 * plan.chunks_per_lane_epoch(d) + 2 for d in range(len(source.datasets))]
     try:
         fresh = start.window == 0
-        schedule = source.lane_schedule(plan.num_lanes)
         _check_positions(plan, lane, start, max_empty)
         streams.expect(start.digests)
         try:
-            mixer = Mixer(
-                source.names, source.shares, source.unit, streams.fetch, start.mix, max_empty, fresh, schedule
-            )
+            mixer = Mixer(source.rule(plan.num_lanes), streams.fetch, start.mix, max_empty, fresh)
         except ValueError as e:
             raise with_context(e, f"lane {lane}") from None
         window, index, at_start = start.window, start.index - start.delivered, start.mix

@@ -5,21 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from zephon.fields import check_table
-from zephon.fingerprint import PERFORMANCE_OPTIONS
 from zephon.io.remote import IOConfig
 from zephon.runners import RUNNERS
 
-# Options that change only speed (zephon.fingerprint's table of what may change on restore):
-# they may also change on a pipeline that holds a run's state. (dp_rank and dp_world_size may
-# differ between save and restore too, but decide which lanes a pipeline's state holds.)
-PERFORMANCE = PERFORMANCE_OPTIONS
 # Upper bounds, where a larger value would exhaust memory or time before doing anything useful
 LIMITS = {"num_lanes": 1 << 16, "prefetch": 1 << 12, "prefetch_bytes": 1 << 40, "read_parallelism": 512,
           "window_rows": 1 << 20, "chunk_size": 1 << 24, "chunk_bytes": 1 << 32}  # fmt: skip
-RENAMED = {
-    "flush_every": "flush_every (chunks per window) is gone: windows now end on whole microbatches; "
-    "set window_rows (rows per window, a multiple of microbatch_size) or leave it unset",
-}
 
 
 @dataclass(frozen=True, kw_only=True)

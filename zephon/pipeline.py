@@ -1,11 +1,12 @@
 """The fluent pipeline builder: an immutable recipe.
 
 A :class:`Pipeline` is a value: a work source, options and operators; every builder call returns
-a new one. What a run holds (its plan, its lanes' states, background work) lives in a
-:class:`zephon.run.Run`. For convenience a pipeline keeps one run of its own, so that
-``for batch in pipeline``, ``pipeline.state_dict()`` and ``pipeline.load_state_dict()`` work on it
-directly; a builder call on a pipeline whose run holds state carries the state over when only
-performance settings change, and refuses otherwise, so that no state is silently lost.
+a new one. What a run needs of it is a :class:`zephon.spec.RunSpec` (``spec()``); what a run holds
+(its plan, its lanes' states, background work) lives in a :class:`zephon.run.Run`. For
+convenience a pipeline keeps one run of its own, so that ``for batch in pipeline``,
+``pipeline.state_dict()`` and ``pipeline.load_state_dict()`` work on it directly; a builder call
+on a pipeline whose run holds state carries the state over when only performance settings
+change, and refuses otherwise, so that no state is silently lost.
 """
 
 from __future__ import annotations
@@ -13,27 +14,24 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 
-from zephon import fingerprint
 from zephon.batch import Batch
 from zephon.fields import check_table
+from zephon.fingerprint import PERFORMANCE_OPTIONS
 from zephon.io import Dataset
-from zephon.lanes import ChunkWork, LaneOps
-from zephon.ops import BatchRows, Filter, Images, Map, Operator, PackFlat, Read, Shuffle, Tokenize
-from zephon.options import PERFORMANCE, RENAMED, Options
+from zephon.ops import BatchRows, Filter, Images, Map, Operator, PackFlat, Shuffle, Tokenize
+from zephon.options import Options
 from zephon.run import Run
-from zephon.runners import thread_map
-from zephon.work import DatasetWorkSource, LanePlan, PlanContext, StaticMixtureWorkSource
-
-BEST_FIT_WINDOW_ROWS = 64  # best-fit packs a window at a time: enough rows to pack well
+from zephon.spec import RunSpec, output_of
+from zephon.work import DatasetWorkSource, LanePlan, MixtureWorkSource
 
 
 class Pipeline:
     """``Pipeline(source).options(...).tokenize(...).pack_flat(...).batch(...)``."""
 
-    def __init__(self, source: StaticMixtureWorkSource | Dataset):
+    def __init__(self, source: MixtureWorkSource | Dataset):
         if isinstance(source, Dataset):
             source = DatasetWorkSource(source)
-        if not isinstance(source, StaticMixtureWorkSource):
+        if not isinstance(source, MixtureWorkSource):
             raise ValueError(f"Pipeline needs a work source or a Dataset, got {source!r}")
         self.source = source
         self._options = Options()
@@ -58,23 +56,20 @@ class Pipeline:
             for f in dataclasses.fields(Options)
             if getattr(self._options, f.name) != getattr(new._options, f.name)
         )
-        shaping = [name for name in changed if name not in PERFORMANCE]
+        shaping = [name for name in changed if name not in PERFORMANCE_OPTIONS]
         if "_ops" in changes or shaping:
             what = f"options {shaping}" if shaping else "the operators"
             raise ValueError(
                 f"this pipeline's run holds state (a loaded checkpoint, or batches delivered), and "
                 f"changing {what} would start another recipe from it: build the pipeline in full "
                 "first, then load_state_dict (or use pipeline.start() for a separate run); "
-                f"{sorted(PERFORMANCE)} may change on a pipeline that holds state"
+                f"{sorted(PERFORMANCE_OPTIONS)} may change on a pipeline that holds state"
             )
-        new._run = Run(new, lanes=self._run.lane_states())
+        new._run = Run(new.spec(), lanes=self._run.lane_states())
         self._run.close()
 
     def options(self, **options) -> Pipeline:
-        for name in options:
-            if name in RENAMED:
-                raise ValueError(f"option {RENAMED[name]}")
-        check_table(options, Options, "options")
+        check_table(options, Options, "options")  # names the valid options (replace would not)
         return self._with(_options=dataclasses.replace(self._options, **options))
 
     def _then(self, op: Operator) -> Pipeline:
@@ -89,10 +84,7 @@ class Pipeline:
         return self._with(_ops=(*self._ops, op))
 
     def _output(self) -> str:
-        kind = "records"
-        for op in self._ops:
-            kind = op.output(kind)
-        return kind
+        return output_of(self._ops)
 
     def map(self, fn: Callable[[dict], dict], parallelism: int | None = None) -> Pipeline:
         return self._then(Map(fn, parallelism))
@@ -166,20 +158,28 @@ class Pipeline:
     def fingerprint(self) -> dict:
         """Everything that shapes the data, readable, so that a mismatch can be named; what may
         change on restore is left out (see zephon.fingerprint, which makes it)."""
-        return fingerprint.of_pipeline(self)
+        return self.spec().fingerprint()
+
+    def spec(self) -> RunSpec:
+        """What a run of this recipe needs of it (see zephon.spec)."""
+        return RunSpec(self.source, self._options, self._ops)
+
+    def plan(self) -> LanePlan:
+        """Which chunk of each dataset every lane reads: from metadata (see ``RunSpec.plan``)."""
+        return self.spec().plan()
 
     # -- running: the pipeline's own run -------------------------------------------------------
 
     def start(self, state: dict | None = None) -> Run:
         """A new run of this recipe, separate from the pipeline's own, from ``state`` if given."""
-        run = Run(self)
+        run = Run(self.spec())
         if state is not None:
             run.load_state_dict(state)
         return run
 
     def _own_run(self) -> Run:
         if self._run is None:
-            self._run = Run(self)
+            self._run = Run(self.spec())
         return self._run
 
     def __iter__(self) -> Iterator[Batch]:
@@ -202,83 +202,3 @@ class Pipeline:
         """Stops the background work of the pipeline's run; its state stays where delivery stopped."""
         if self._run is not None:
             self._run.close()
-
-    # -- what a run needs of the recipe --------------------------------------------------------
-
-    def window_rows(self) -> int:
-        """Rows per window: ``window_rows`` if given, else the shuffle buffer rounded up to whole
-        microbatches (one microbatch without a shuffle, 64 rows for best-fit packing)."""
-        batch = next((op for op in self._ops if isinstance(op, BatchRows)), None)
-        size = batch.microbatch_size if batch else 1
-        given = self._options.window_rows
-        if given is not None:
-            if given % size:
-                raise ValueError(
-                    f"option window_rows={given} is not a whole number of microbatches of {size} rows: "
-                    f"use a multiple of {size}, or leave it unset"
-                )
-            return given
-        shuffle = next((op for op in self._ops if isinstance(op, Shuffle)), None)
-        pack = next((op for op in self._ops if isinstance(op, PackFlat)), None)
-        rows = shuffle.buffer_size if shuffle else 1
-        if pack is not None and pack.algorithm == "best_fit":
-            rows = max(rows, BEST_FIT_WINDOW_ROWS)
-        return -(-max(rows, size) // size) * size
-
-    def lane_ops(self) -> LaneOps:
-        by_type = {type(op): op for op in self._ops}
-        pack, batch = by_type[PackFlat], by_type[BatchRows]
-        return LaneOps(pack, by_type.get(Shuffle), batch, self.window_rows(), by_type.get(Images))
-
-    def chunk_work(self) -> tuple[ChunkWork, int]:
-        """The stateless operators fused into one function per chunk, and its parallelism."""
-        read = Read(self.source.datasets, self._options.io, self._options.read_parallelism)
-        ops = [read, *(op for op in self._ops if op.stateless)]
-        return ChunkWork(ops, self.source.names), max(op.parallelism for op in ops)
-
-    def plan(self) -> LanePlan:
-        """Which chunk of each dataset every lane reads: from metadata, once per run."""
-        ctx = PlanContext(
-            num_lanes=self._options.num_lanes,
-            chunk_size=self._options.chunk_size,
-            chunk_bytes=self._options.chunk_bytes,
-            io=self._options.io,
-            map_fn=thread_map,
-        )
-        plan = self.source.plan(ctx)
-        self._check_image_field()
-        self._check_text_field()
-        return plan
-
-    def _check_image_field(self) -> None:
-        """``images(field=...)`` names a field that no dataset's schema has: a misspelling, named
-        before any batch (datasets without a schema, JSON lines, are not checked)."""
-        images = next((op for op in self._ops if isinstance(op, Images)), None)
-        if images is None or any(isinstance(op, Map) for op in self._ops[: self._ops.index(images)]):
-            return
-        io = self._options.io
-        names = {d.name: d.field_names(io) for d in self.source.datasets}
-        if all(n is not None and images.field not in n for n in names.values()):
-            raise ValueError(
-                f"images(field={images.field!r}), but no dataset has such a field: their fields are "
-                f"{names} (a folder of images with a metadata.jsonl needs format='imagefolder')"
-            )
-
-    def _check_text_field(self) -> None:
-        """A Parquet or Arrow dataset without the column ``tokenize`` reads is named before any
-        batch (unless a ``map`` before it may make the field)."""
-        for op in self._ops:
-            if isinstance(op, Map):
-                return
-            if isinstance(op, Tokenize):
-                break
-        else:
-            return
-        io = self._options.io
-        for d in self.source.datasets:
-            names = d.field_names(io)
-            if names is not None and op.field not in names:
-                raise ValueError(
-                    f"dataset {d.name!r}: tokenize(field={op.field!r}), but {d.shards(io)[0].url} has no "
-                    f"such column; its columns are {names}: pass field=, or map the records first"
-                )

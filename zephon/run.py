@@ -1,7 +1,8 @@
 """A run of a pipeline on one rank: its plan, its lanes' states, and the work that delivers them.
 
-A :class:`Run` is what changes as batches are delivered; the :class:`zephon.Pipeline` it runs is
-an immutable recipe. ``state_dict()`` is what was delivered, never what prefetch read ahead.
+A :class:`Run` is what changes as batches are delivered; the recipe it runs is a
+:class:`zephon.spec.RunSpec`, which a :class:`zephon.Pipeline` builds. ``state_dict()`` is what
+was delivered, never what prefetch read ahead.
 
 Iterating a run yields this rank's batches round-robin over its lanes, from where delivery
 stopped: the start, a loaded checkpoint, or the last batch an earlier iteration delivered. A new
@@ -18,27 +19,24 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from zephon.batch import Batch
 from zephon.digests import ChunkDigests
 from zephon.fingerprint import check_restore
 from zephon.lanes import ChunkStreams, Made, lane_batches
-from zephon.ops.containers import sum_counters
 from zephon.runners import LaneDriver, get_runner
 from zephon.runners.reaper import close_when_dropped
+from zephon.spec import RunSpec
 from zephon.state import VERSION, LaneState, check_version
 from zephon.work import LanePlan
-
-if TYPE_CHECKING:
-    from zephon.pipeline import Pipeline
+from zephon.work.mixture import sum_counters
 
 
 class Run:
-    """One rank's run of ``pipeline``, from ``lanes`` (lane number -> state) or the start."""
+    """One rank's run of ``spec``, from ``lanes`` (lane number -> state) or the start."""
 
-    def __init__(self, pipeline: Pipeline, lanes: dict[int, LaneState] | None = None):
-        self.pipeline = pipeline
+    def __init__(self, spec: RunSpec, lanes: dict[int, LaneState] | None = None):
+        self.spec = spec
         self._lanes = lanes
         self._loaded = lanes is not None
         self._plan: LanePlan | None = None
@@ -53,20 +51,20 @@ class Run:
 
     def lane_states(self) -> dict[int, LaneState]:
         if self._lanes is None:
-            n = len(self.pipeline.source.datasets)
-            self._lanes = {lane: LaneState.start(n) for lane in self.pipeline.owned_lanes}
+            n = len(self.spec.source.datasets)
+            self._lanes = {lane: LaneState.start(n) for lane in self.spec.owned_lanes}
         return self._lanes
 
     # -- delivering -------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Batch]:
-        if self.pipeline._output() != "batch":
+        if self.spec.output != "batch":
             raise ValueError("end the pipeline with .batch(microbatch_size=...) to iterate it")
         self.close()
         if self._plan is None:
-            self._plan = self.pipeline.plan()
+            self._plan = self.spec.plan()
             self._digests = ChunkDigests([len(table) for table in self._plan.tables])
-        delivery = _Delivery(self.pipeline, self._plan, self.lane_states(), self._digests)
+        delivery = _Delivery(self.spec, self._plan, self.lane_states(), self._digests)
         self._delivery, self._finalizer = delivery, close_when_dropped(self, delivery.close)
         return _Iterator(self, delivery)
 
@@ -84,7 +82,7 @@ class Run:
         """This rank's lanes: what has been delivered, as JSON-safe data (see zephon.state)."""
         return {
             "version": VERSION,
-            "fingerprint": self.pipeline.fingerprint(),
+            "fingerprint": self.spec.fingerprint(),
             "lanes": {str(k): v.to_json() for k, v in sorted(self.lane_states().items())},
         }
 
@@ -92,25 +90,24 @@ class Run:
         """Continue from ``state``: any state holding at least this rank's lanes, saved under
         the same recipe (runner, parallelism and dp_world_size may differ)."""
         check_version(state)
-        pipeline = self.pipeline
-        check_restore(state.get("fingerprint"), pipeline.fingerprint())
-        strange = sorted(k for k in state["lanes"] if not (k.isdigit() and int(k) < pipeline.opts.num_lanes))
+        spec, opts = self.spec, self.spec.options
+        check_restore(state.get("fingerprint"), spec.fingerprint())
+        strange = sorted(k for k in state["lanes"] if not (k.isdigit() and int(k) < opts.num_lanes))
         if strange:
             raise ValueError(
-                f"the state holds lanes {strange} that a recipe of {pipeline.opts.num_lanes} lanes does "
+                f"the state holds lanes {strange} that a recipe of {opts.num_lanes} lanes does "
                 "not have: it is not this recipe's state"
             )
-        missing = [lane for lane in pipeline.owned_lanes if str(lane) not in state["lanes"]]
+        missing = [lane for lane in spec.owned_lanes if str(lane) not in state["lanes"]]
         if missing:
-            opts = pipeline.opts
             raise ValueError(
                 f"the state lacks lanes {missing} that rank {opts.dp_rank} of {opts.dp_world_size} "
                 "owns; merge all ranks' states with zephon.merge_states before loading"
             )
-        n = len(pipeline.source.datasets)
-        lanes = {lane: LaneState.from_json(state["lanes"][str(lane)], n) for lane in pipeline.owned_lanes}
-        if pipeline._output() == "batch":  # else it cannot be iterated: windows are not known yet
-            lane_ops = pipeline.lane_ops()
+        n = len(spec.source.datasets)
+        lanes = {lane: LaneState.from_json(state["lanes"][str(lane)], n) for lane in spec.owned_lanes}
+        if spec.output == "batch":  # else it cannot be iterated: windows are not known yet
+            lane_ops = spec.lane_ops()
             for lane, lane_state in lanes.items():
                 lane_ops.check_start(lane, lane_state)
         self.close()
@@ -120,7 +117,7 @@ class Run:
         """What this rank has delivered: tokens and documents begun per dataset, and counters
         (empty documents, filtered records), across restores."""
         lanes = self.lane_states().values()
-        names = self.pipeline.source.names
+        names = self.spec.source.names
         tokens = [sum(s.tokens[i] for s in lanes) for i in range(len(names))]
         documents = [sum(s.documents[i] for s in lanes) for i in range(len(names))]
         return {
@@ -134,13 +131,11 @@ class Run:
 class _Delivery:
     """One iteration of a run: the workers, the lane streams, round-robin delivery."""
 
-    def __init__(
-        self, pipeline: Pipeline, plan: LanePlan, states: dict[int, LaneState], digests: ChunkDigests
-    ):
-        opts = pipeline.opts
-        self.names, self.runner = pipeline.source.names, get_runner(opts.runner)
-        lane_ops = pipeline.lane_ops()
-        work, parallelism = pipeline.chunk_work()
+    def __init__(self, spec: RunSpec, plan: LanePlan, states: dict[int, LaneState], digests: ChunkDigests):
+        opts = spec.options
+        self.names, self.runner = spec.source.names, get_runner(opts.runner)
+        lane_ops = spec.lane_ops()
+        work, parallelism = spec.chunk_work()
         self.executor = self.runner.executor(work, parallelism, opts.worker_timeout)
         # chunks read ahead per lane and dataset: about three per lane in all (the mixer draws on
         # every dataset), and two per worker; none inline, where reading ahead only delays the
@@ -155,8 +150,7 @@ class _Delivery:
             start = dataclasses.replace(states[lane])
             streams = ChunkStreams(plan, lane, self.executor, depth, opts.worker_timeout, digests)
             if self.runner.background:  # every lane's first chunks go to the workers at once
-                streams.window = start.window
-                streams.prime(start.mix)
+                streams.prime(start)
             makers[lane] = lambda lane=lane, start=start, streams=streams: lane_batches(
                 plan, lane_ops, lane, start, streams
             )

@@ -11,12 +11,10 @@ from benchmarks.peers.common import Out, Setup
 
 
 def pipeline(setup: Setup, **options):
-    from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+    from zephon import Dataset, MixtureWorkSource, Pipeline
 
     datasets = [Dataset.from_path(name, path, exhausted="repeat") for name, path in setup.files.items()]
-    source = StaticMixtureWorkSource(
-        datasets, setup.weights, token_estimation=TokenEstimation(), seed=setup.seed
-    )
+    source = MixtureWorkSource(datasets, setup.weights, unit="tokens", seed=setup.seed)
     backend = setup.options.get("backend", "auto")
     return (
         Pipeline(source)

@@ -8,7 +8,6 @@ one patch of pixels, so images travel with their tokens however rows are cut, sh
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -183,11 +182,3 @@ class RowPatches:
     @staticmethod
     def none(n: int, row_len: int, patch_dim: int) -> RowPatches:
         return RowPatches(np.zeros((n, row_len), bool), Patches.empty(patch_dim), np.zeros(n + 1, np.int64))
-
-
-def sum_counters(items: Iterable[dict[str, int]]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for counters in items:
-        for k, v in counters.items():
-            total[k] = total.get(k, 0) + v
-    return total

@@ -34,7 +34,7 @@ relative to the recipe if such a file or folder exists, else a hub id or tiktoke
     storage_options = {}         # optional, for fsspec URLs
 
     [mixture]
-    unit = "tokens"              # tokens | records: what the weights count
+    unit = "tokens"              # tokens | documents: what the weights count
     schedule = [                 # optional: weights that change over the run (then no `weight`)
       { at = 0, weights = { wiki = 0.7, code = 0.3 } },                  # from the start
       { at = 10_000_000_000, weights = { wiki = 0.3, code = 0.7 } },     # a step at 10B tokens
@@ -60,10 +60,10 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from zephon import Dataset, Pipeline, ScheduledMixtureWorkSource, StaticMixtureWorkSource, TokenEstimation
+from zephon import Dataset, MixtureWorkSource, Pipeline, ScheduledMixtureWorkSource
 from zephon.fields import check_table
 from zephon.torchtitan.checks import check_context_length
-from zephon.work.mixture import normalize
+from zephon.work.mixture import UNITS, normalize
 
 
 @dataclass(frozen=True)
@@ -221,16 +221,7 @@ def _parse_recipe(path: str, overrides: dict[str, dict[str, Any]]) -> Recipe:
     return Recipe(path, data, datasets)
 
 
-RETIRED = {
-    "flush_every": "windows now end on whole microbatches; use window_rows (rows per window) or leave it out",
-    "sample_chunks": "mixtures now count every document's exact tokens; nothing is sampled, leave it out",
-}
-
-
 def _check_table(path: str, where: str, table: Any, schema: type) -> None:
-    for key in table if isinstance(table, dict) else ():
-        if key in RETIRED:
-            raise ValueError(f"data recipe {path}: {where} {key} is no longer a setting: {RETIRED[key]}")
     check_table(table, schema, f"data recipe {path}: {where}")
 
 
@@ -253,16 +244,15 @@ def build_pipeline(
     ]
     weights = {d["name"]: d.get("weight", 1.0) for d in recipe.datasets}
     unit = recipe.get("mixture", "unit", "tokens")
-    if unit not in ("tokens", "records"):
-        raise ValueError(f"data recipe {recipe.path}: [mixture] unit = {unit!r}; use 'tokens' or 'records'")
-    estimation = TokenEstimation() if unit == "tokens" else None
+    if unit not in UNITS:
+        raise ValueError(f"data recipe {recipe.path}: [mixture] unit = {unit!r}; use one of {UNITS}")
     seed, schedule = recipe.get("recipe", "seed", 0), recipe.get("mixture", "schedule", None)
     if schedule is None:
         try:
             normalize(weights, list(weights))
         except ValueError as e:
             raise ValueError(f"data recipe {recipe.path}: [[datasets]] weight: {e}") from None
-        source = StaticMixtureWorkSource(datasets, weights, estimation, seed=seed)
+        source = MixtureWorkSource(datasets, weights, unit, seed=seed)
     else:
         weighted = [d["name"] for d in recipe.datasets if "weight" in d]
         if weighted:
@@ -271,7 +261,7 @@ def build_pipeline(
                 f"from dataset(s) {weighted}"
             )
         try:
-            source = ScheduledMixtureWorkSource(datasets, schedule, estimation, seed=seed)
+            source = ScheduledMixtureWorkSource(datasets, schedule, unit, seed=seed)
         except ValueError as e:
             raise ValueError(f"data recipe {recipe.path}: [mixture] {e}") from None
     options = {k: v for k, v in recipe.sections.get("recipe", {}).items() if k != "seed"}

@@ -1,26 +1,25 @@
 """Work sources: the datasets, their mixture, and the pure plan of which chunk each lane reads."""
 
-from zephon.work.mixture import Mixer, MixState, Piece, Position
+from zephon.work.mixture import Mixer, MixRule, MixState, Piece, Position
 from zephon.work.schedule import Schedule
 from zephon.work.source import (
     DatasetWorkSource,
     LanePlan,
+    MixtureWorkSource,
     PlanContext,
     ScheduledMixtureWorkSource,
-    StaticMixtureWorkSource,
-    TokenEstimation,
 )
 
 __all__ = [
     "DatasetWorkSource",
     "LanePlan",
+    "MixRule",
     "MixState",
     "Mixer",
+    "MixtureWorkSource",
     "Piece",
     "PlanContext",
     "Position",
     "Schedule",
     "ScheduledMixtureWorkSource",
-    "StaticMixtureWorkSource",
-    "TokenEstimation",
 ]

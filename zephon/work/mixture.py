@@ -34,13 +34,13 @@ from __future__ import annotations
 import bisect
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-UNITS = ("tokens", "records")
+UNITS = ("documents", "tokens")
 
 
 def normalize(weights: dict[str, float], names: list[str], zero: bool = False) -> list[float]:
@@ -186,6 +186,34 @@ class Piece:
 Fetch = Callable[[int, int, int], Any]
 
 
+@dataclass(frozen=True, slots=True)
+class MixRule:
+    """What a lane mixes by: the datasets' ``names``, their ``shares`` (summing to 1) of the
+    ``unit`` they count (documents or tokens), and, where the shares change over the run, the
+    lane's view of the schedule (a ``zephon.work.schedule.LaneSchedule``)."""
+
+    names: list[str]
+    shares: list[float]
+    unit: str = "documents"
+    schedule: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A mixer's working state, for ``Mixer.restore`` (best-fit packing tries a prefix, then
+    goes back): its chunk, document and offset per dataset, the units used, the tokenized chunks
+    at hand and their document bounds, the counters of chunks entered, and whether it ended."""
+
+    chunks: list[int]
+    docs: list[int]
+    offsets: list[int]
+    used: list[int]
+    heads: list[Any]
+    bounds: list[Any]
+    counters: dict[str, int]
+    ended: bool
+
+
 class Mixer:
     """One lane's mixer: takes pieces by the rule, from a state, and reports its state.
 
@@ -196,20 +224,20 @@ class Mixer:
     """
 
     def __init__(
-        self, names: list[str], shares: list[float], unit: str, fetch: Fetch, state: MixState,
-        max_empty: list[int], fresh: bool = False, schedule: Any = None,
-    ):  # fmt: skip
-        if unit not in UNITS:
-            raise ValueError(f"mixture unit {unit!r}: expected one of {UNITS}")
-        self.names, self.shares, self.unit, self.fetch = names, shares, unit, fetch
-        self.schedule = schedule  # a LaneSchedule (zephon.work.schedule), or None for fixed shares
+        self, rule: MixRule, fetch: Fetch, state: MixState, max_empty: list[int], fresh: bool = False
+    ):
+        if rule.unit not in UNITS:
+            raise ValueError(f"mixture unit {rule.unit!r}: expected one of {UNITS}")
+        self.names, self.shares, self.unit, self.fetch = rule.names, rule.shares, rule.unit, fetch
+        self.schedule = rule.schedule  # a LaneSchedule (zephon.work.schedule), or None for fixed shares
         self.chunks = [p.chunk for p in state.positions]
         self.offsets = [p.offset for p in state.positions]
         self.used = list(state.used)
         self.max_empty = max_empty  # consecutive empty chunks after which a dataset is unusable
-        self.heads: list[Any] = [None] * len(shares)  # the tokenized chunk at each position
-        self.bounds: list[list[int] | None] = [None] * len(shares)  # heads[d].offsets, as a list
-        self.docs = [0] * len(shares)  # document index into heads[d]
+        n = len(self.shares)
+        self.heads: list[Any] = [None] * n  # the tokenized chunk at each position
+        self.bounds: list[list[int] | None] = [None] * n  # heads[d].offsets, as a list
+        self.docs = [0] * n  # document index into heads[d]
         self.counters: dict[str, int] = {}  # of the chunks entered since the last take_counters
         self.ended = False
         for d, position in enumerate(state.positions):
@@ -217,12 +245,12 @@ class Mixer:
             if head is not None:
                 self.docs[d] = int(np.searchsorted(head.records, position.record))
                 if fresh:  # a chunk's counters count when the lane enters it
-                    self.counters = _sum(self.counters, head.counters)
+                    self.counters = sum_counters([self.counters, head.counters])
                 elif position != Position():  # a dataset the lane has not read yet starts there
                     self._check_position(d, position)
             elif position.record or position.offset:
                 raise ValueError(
-                    f"dataset {names[d]!r}: the state's position {position.to_json()} lies past the end "
+                    f"dataset {self.names[d]!r}: the state's position {position.to_json()} lies past the end "
                     f"of the dataset (the lane has no chunk {position.chunk} of it)"
                 )
             self._settle(d)
@@ -282,7 +310,7 @@ class Mixer:
         return bounds[doc + 1] - bounds[doc] - self.offsets[d]
 
     def _next_units(self, d: int, limit: int) -> int:
-        if self.unit == "records":
+        if self.unit == "documents":
             return 1 if self.offsets[d] == 0 else 0
         return min(self._remaining(d), limit)
 
@@ -379,19 +407,31 @@ class Mixer:
             self.chunks[d], self.docs[d], self.offsets[d] = self.chunks[d] + 1, 0, 0
             docs = self._enter(d, self.chunks[d], 0)
             if docs is not None:
-                self.counters = _sum(self.counters, docs.counters)
+                self.counters = sum_counters([self.counters, docs.counters])
         if docs is None:
             self.ended = True
 
-    def snapshot(self) -> tuple:
+    def snapshot(self) -> Snapshot:
         """Everything ``restore`` needs to undo later takes (best-fit packing tries a prefix)."""
-        lists = (self.chunks, self.docs, self.offsets, self.used, self.heads, self.bounds)
-        return (*(list(x) for x in lists), dict(self.counters), self.ended)
+        return Snapshot(
+            list(self.chunks), list(self.docs), list(self.offsets), list(self.used), list(self.heads),
+            list(self.bounds), dict(self.counters), self.ended,
+        )  # fmt: skip
 
-    def restore(self, snapshot: tuple) -> None:
-        chunks, docs, offsets, used, heads, bounds, counters, self.ended = snapshot
-        self.chunks, self.docs, self.offsets, self.used = list(chunks), list(docs), list(offsets), list(used)
-        self.heads, self.bounds, self.counters = list(heads), list(bounds), dict(counters)
+    def restore(self, snapshot: Snapshot) -> None:
+        s = snapshot
+        self.chunks, self.docs, self.offsets, self.used = (
+            list(s.chunks),
+            list(s.docs),
+            list(s.offsets),
+            list(s.used),
+        )
+        self.heads, self.bounds, self.counters, self.ended = (
+            list(s.heads),
+            list(s.bounds),
+            dict(s.counters),
+            s.ended,
+        )
 
     def take_counters(self) -> dict[str, int]:
         """Counters (empty documents, filtered records) of the chunks entered since the last call."""
@@ -399,8 +439,10 @@ class Mixer:
         return counters
 
 
-def _sum(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0) + v
-    return out
+def sum_counters(items: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Counters (empty documents, filtered and skipped records) added up, key by key."""
+    total: dict[str, int] = {}
+    for counters in items:
+        for k, v in counters.items():
+            total[k] = total.get(k, 0) + v
+    return total

@@ -50,10 +50,6 @@ class Schedule:
     def for_lane(self, num_lanes: int) -> LaneSchedule:
         return LaneSchedule(self.points, num_lanes)
 
-    def shares_at(self, units: float) -> list[float]:
-        """The target shares when the run has delivered ``units``."""
-        return self.for_lane(1).weights(units)
-
 
 def _point(p, i: int, names: list[str], before: Point | None) -> Point:
     where = f"mixture schedule point {i + 1}"

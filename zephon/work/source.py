@@ -8,18 +8,9 @@ from dataclasses import dataclass, field
 
 from zephon.io import ChunkTable, Dataset
 from zephon.io.remote import IOConfig
-from zephon.work.mixture import normalize
+from zephon.work.mixture import UNITS, MixRule, normalize
 from zephon.work.plan import ChunkDealer
 from zephon.work.schedule import Schedule
-
-
-@dataclass(frozen=True, slots=True)
-class TokenEstimation:
-    """Mix by tokens: a dataset's share counts every token it delivers (its EOS/BOS included).
-
-    Nothing is estimated any more: each lane mixes documents by their exact token counts after
-    tokenization (see ``zephon.work.mixture``). The name stays for the API's sake.
-    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +25,10 @@ class PlanContext:
     map_fn: Callable = map  # a parallel map for planning many remote files
 
 
-class StaticMixtureWorkSource:
-    """Datasets mixed with fixed weights, by records or, with ``token_estimation``, by tokens.
+class MixtureWorkSource:
+    """Datasets mixed with fixed weights: ``mixture`` ({name: weight}, only ratios count; one
+    dataset needs none), by ``unit``: ``"documents"`` (each dataset's share of the documents) or
+    ``"tokens"`` (of the tokens, each document's exact count, its EOS/BOS included).
 
     Every lane mixes on its own, document by document, so every lane (and so every global batch)
     follows the mixture. A dataset with ``exhausted="stop"`` that runs out ends the lane;
@@ -46,7 +39,7 @@ class StaticMixtureWorkSource:
         self,
         datasets: list[Dataset],
         mixture: dict[str, float] | None = None,
-        token_estimation: TokenEstimation | None = None,
+        unit: str = "documents",
         seed: int = 0,
     ):
         if not datasets:
@@ -60,30 +53,18 @@ class StaticMixtureWorkSource:
             mixture = {names[0]: 1.0}
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-        if token_estimation is not None and not isinstance(token_estimation, TokenEstimation):
-            raise ValueError(
-                f"token_estimation must be a TokenEstimation() or None, got {token_estimation!r}"
-            )
-        self.datasets, self.seed, self.token_estimation = list(datasets), seed, token_estimation
+        if unit not in UNITS:
+            raise ValueError(f"mixture unit {unit!r}: expected one of {UNITS}")
+        self.datasets, self.seed, self.unit = list(datasets), seed, unit
         self.shares = normalize(mixture, names)
-
-    @property
-    def unit(self) -> str:
-        return "tokens" if self.token_estimation else "records"
 
     @property
     def names(self) -> list[str]:
         return [d.name for d in self.datasets]
 
-    def fingerprint(self, io: IOConfig | None = None) -> dict:
-        """What shapes the data of the datasets and their mixture (see zephon.fingerprint)."""
-        from zephon.fingerprint import of_source
-
-        return of_source(self, io)
-
-    def lane_schedule(self, num_lanes: int):
-        """What each lane's mixer follows when the shares change over the run: None here."""
-        return None
+    def rule(self, num_lanes: int) -> MixRule:
+        """What each of ``num_lanes`` lanes mixes by."""
+        return MixRule(self.names, self.shares, self.unit)
 
     def plan(self, ctx: PlanContext) -> LanePlan:
         tables = [
@@ -101,11 +82,11 @@ class StaticMixtureWorkSource:
         return LanePlan(self, tables, ctx.num_lanes)
 
 
-class ScheduledMixtureWorkSource(StaticMixtureWorkSource):
+class ScheduledMixtureWorkSource(MixtureWorkSource):
     """Datasets mixed with weights that change over the run (``zephon.work.schedule``):
 
     ``schedule``: points ``{"at": units, "weights": {name: w}, "ramp": "step" | "linear"}``, the
-    first at 0; ``at`` counts the run's delivered tokens (with ``token_estimation``) or documents.
+    first at 0; ``at`` counts the run's delivered ``unit``: documents or tokens.
     The schedule is part of the recipe (the fingerprint), and follows from what each lane has
     taken, so it is the same on any DP size, runner and resume point.
     """
@@ -114,29 +95,29 @@ class ScheduledMixtureWorkSource(StaticMixtureWorkSource):
         self,
         datasets: list[Dataset],
         schedule: list[dict],
-        token_estimation: TokenEstimation | None = None,
+        unit: str = "documents",
         seed: int = 0,
     ):
         names = [d.name for d in datasets]
         self.schedule = Schedule(schedule, names)
-        super().__init__(datasets, dict.fromkeys(names, 1.0), token_estimation, seed)
+        super().__init__(datasets, dict.fromkeys(names, 1.0), unit, seed)
         self.shares = list(self.schedule.points[0].shares)  # where the run starts
 
-    def lane_schedule(self, num_lanes: int):
-        return self.schedule.for_lane(num_lanes)
+    def rule(self, num_lanes: int) -> MixRule:
+        return MixRule(self.names, self.shares, self.unit, self.schedule.for_lane(num_lanes))
 
 
-class DatasetWorkSource(StaticMixtureWorkSource):
+class DatasetWorkSource(MixtureWorkSource):
     """One dataset, planned into lanes."""
 
     def __init__(self, dataset: Dataset, seed: int = 0):
-        super().__init__([dataset], None, None, seed)
+        super().__init__([dataset], None, "documents", seed)
 
 
 class LanePlan:
     """The plan, made once per run: every lane's chunk sequence of every dataset, on demand."""
 
-    def __init__(self, source: StaticMixtureWorkSource, tables: list[ChunkTable], num_lanes: int):
+    def __init__(self, source: MixtureWorkSource, tables: list[ChunkTable], num_lanes: int):
         self.source, self.tables, self.num_lanes = source, tables, num_lanes
         self.dealers = [
             ChunkDealer(d.name, len(t), source.seed, num_lanes, d.exhausted == "repeat")
