@@ -26,6 +26,7 @@ from support.functions import (
 )
 
 from zephon import Dataset, Options, Pipeline
+from zephon.fingerprint import of_dataset
 from zephon.io import DataError
 from zephon.testing import drain, take, write_jsonl
 
@@ -726,7 +727,7 @@ def test_on_error_takes_only_raise_or_skip_and_is_part_of_the_recipe(tmp_path):
     path = write_jsonl(str(tmp_path / "d.jsonl"), [{"text": "a b c"}] * 4)
     with pytest.raises(ValueError, match=r"'d': on_error='ignore', expected one of \('raise', 'skip'\)"):
         Dataset.from_path("d", path, on_error="ignore")
-    raising, skipping = (Dataset.from_path("d", path, on_error=e).fingerprint() for e in ("raise", "skip"))
+    raising, skipping = (of_dataset(Dataset.from_path("d", path, on_error=e)) for e in ("raise", "skip"))
     assert raising != skipping
 
 

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephon import Dataset
+from zephon.fingerprint import of_dataset
 from zephon.io import ChangedFileError, IOConfig, RemoteUnavailableError
 from zephon.io.formats import parquet
 from zephon.testing.data import kjv_records
@@ -339,7 +340,7 @@ def test_an_http_file_without_etag_is_versioned_by_its_contents_and_date_and_nev
     ):
         ds.read(table.chunk(0, len(table) - 1), config)
     again = Dataset.from_path("web", url)
-    assert again.shards()[0].version != version and again.fingerprint() != ds.fingerprint()
+    assert again.shards()[0].version != version and of_dataset(again) != of_dataset(ds)
     assert _records(again, config) == [json.loads(x) for x in _reversed_lines(lines).splitlines()]
 
 

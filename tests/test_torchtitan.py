@@ -76,7 +76,8 @@ def test_skipped_steps_train_on_the_baselines_later_data_and_resume_on_1_rank_ag
 
     from train_jobs import CONFIG, ROOT
 
-    cmd = [sys.executable, "-m", "zephon.replay", "--job", CONFIG, "--dump_folder", dump, "--step", "3"]
+    replay = [sys.executable, "-m", "zephon.torchtitan.replay"]
+    cmd = [*replay, "--job", CONFIG, "--dump_folder", dump, "--step", "3"]
     result = subprocess.run(
         [*cmd, "--dataloader.skip_steps", "3-4"], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
@@ -172,7 +173,7 @@ def test_replay_prints_the_digest_training_wrote_from_a_checkpoint_or_the_start(
     dump, digests, _ = baseline
     for step, began in ((7, os.path.join("checkpoint", "step-4")), (2, "the start of the run")):
         out = str(tmp_path / f"step{step}.npz")
-        cmd = [sys.executable, "-m", "zephon.replay", "--job", CONFIG, "--dump_folder", dump]
+        cmd = [sys.executable, "-m", "zephon.torchtitan.replay", "--job", CONFIG, "--dump_folder", dump]
         result = subprocess.run(
             [*cmd, "--step", str(step), "--out", out], cwd=ROOT, capture_output=True, text=True, timeout=300
         )

@@ -243,8 +243,8 @@ def test_a_recipe_sets_on_error_per_dataset_and_a_wrong_value_is_named(tmp_path)
 def test_replay_of_a_step_from_the_recipe_matches_a_two_rank_run(tmp_path, capsys):
     import numpy as np
 
-    from zephon import replay
     from zephon.testing import run_job
+    from zephon.torchtitan import replay
     from zephon.torchtitan.recipe import build_pipeline
 
     recipe = load_recipe(DEBUG)
@@ -269,8 +269,8 @@ GEOMETRY = ["--global-batch-size", "16", "--seq-len", "128", "--local-batch-size
 
 
 def _replay_error(capsys, *args: str, code: int = 1) -> str:
-    """The one line ``python -m zephon.replay --recipe ... args`` ends with, exiting ``code``."""
-    from zephon import replay
+    """The one line ``python -m zephon.torchtitan.replay --recipe ... args`` ends with, exiting ``code``."""
+    from zephon.torchtitan import replay
 
     if code == 2:  # a usage error: argparse exits
         with pytest.raises(SystemExit) as caught:
@@ -285,15 +285,15 @@ def _replay_error(capsys, *args: str, code: int = 1) -> str:
 
 def test_replay_of_step_0_is_a_usage_error_without_a_traceback(capsys):
     line = _replay_error(capsys, "--recipe", DEBUG, *GEOMETRY, "--step", "0", code=2)
-    assert line == "python -m zephon.replay: error: argument --step: 0: steps count from 1"
+    assert line == "python -m zephon.torchtitan.replay: error: argument --step: 0: steps count from 1"
 
 
 def test_replay_refuses_a_checkpoint_folder_that_does_not_exist_naming_it(tmp_path, capsys):
     missing = str(tmp_path / "checkpoint")
     line = _replay_error(capsys, "--recipe", DEBUG, *GEOMETRY, "--step", "3", "--checkpoint", missing, code=2)
     assert line == (
-        f"python -m zephon.replay: error: --checkpoint {missing}: no such folder; give the folder of the "
-        "job's step-K checkpoints"
+        f"python -m zephon.torchtitan.replay: error: --checkpoint {missing}: no such folder; give the "
+        "folder of the job's step-K checkpoints"
     )
 
 
@@ -312,7 +312,7 @@ def test_replay_names_a_damaged_checkpoint_file_and_what_to_do(tmp_path, capsys,
         capsys, "--recipe", DEBUG, *GEOMETRY, "--step", "3", "--checkpoint", str(folder.parent)
     )
     assert line.startswith(
-        f"python -m zephon.replay: error: checkpoint {folder} cannot be read: {folder / damaged}: "
+        f"python -m zephon.torchtitan.replay: error: checkpoint {folder} cannot be read: {folder / damaged}: "
     )
     assert line.endswith(
         "It is damaged or incomplete (a save cut short?): move it aside, and the replay starts from the "
@@ -332,8 +332,8 @@ def _stopping_recipe(folder, path: str | None = None) -> str:
 def test_replay_of_a_step_past_what_the_bytes_of_stopping_data_hold_is_refused_at_once(tmp_path, capsys):
     import time
 
-    from zephon import replay
     from zephon.testing import synthetic_documents, write_jsonl
+    from zephon.torchtitan import replay
     from zephon.torchtitan.recipe import build_pipeline
 
     data = str(tmp_path / "d.jsonl")
@@ -344,9 +344,9 @@ def test_replay_of_a_step_past_what_the_bytes_of_stopping_data_hold_is_refused_a
     assert time.monotonic() - start < 10
     size = os.path.getsize(data)
     assert line == (
-        "python -m zephon.replay: error: step 10000000 lies past the data: the recipe's datasets stop "
-        f'(exhausted = "stop") and their {size:,} bytes make at most 1,064 steps of 16 rows (at most 19 '
-        "tokens a byte): replay an earlier step"
+        "python -m zephon.torchtitan.replay: error: step 10000000 lies past the data: the recipe's "
+        f'datasets stop (exhausted = "stop") and their {size:,} bytes make at most 1,064 steps of 16 rows '
+        "(at most 19 tokens a byte): replay an earlier step"
     )
     pipeline = build_pipeline(load_recipe(recipe), dp_rank=0, dp_world_size=1, seq_len=128, microbatch_size=2)
     rows = sum(len(b.tokens) for b in pipeline)
@@ -356,7 +356,7 @@ def test_replay_of_a_step_past_what_the_bytes_of_stopping_data_hold_is_refused_a
 def test_replay_of_a_step_past_where_a_lane_ends_says_which_steps_the_data_holds(tmp_path, capsys, caplog):
     import logging
 
-    from zephon import replay
+    from zephon.torchtitan import replay
 
     caplog.set_level(logging.INFO)
     recipe = _stopping_recipe(tmp_path)  # Parquet: its bytes bound nothing, the run finds the end
@@ -364,15 +364,15 @@ def test_replay_of_a_step_past_where_a_lane_ends_says_which_steps_the_data_holds
     assert "zephon: replay: step 10000000: making the 79999992 batches before it (8 per step)" in caplog.text
     held = 184
     assert line == (
-        f"python -m zephon.replay: error: step 10000000 lies past the data: lane 1 ended after {held} "
-        f'batches (its datasets stop: exhausted = "stop"), so at this batch size the data holds {held} '
-        f"steps: replay step {held} or earlier"
+        "python -m zephon.torchtitan.replay: error: step 10000000 lies past the data: lane 1 ended "
+        f'after {held} batches (its datasets stop: exhausted = "stop"), so at this batch size the data '
+        f"holds {held} steps: replay step {held} or earlier"
     )
     assert replay.main(["--recipe", recipe, *GEOMETRY, "--step", str(held)]) == 0
     assert f"step {held}: digest " in capsys.readouterr().out
     line = _replay_error(capsys, "--recipe", recipe, *GEOMETRY, "--step", str(held + 1))
     assert line.startswith(
-        f"python -m zephon.replay: error: step {held + 1} lies past the data: lane 1 ended"
+        f"python -m zephon.torchtitan.replay: error: step {held + 1} lies past the data: lane 1 ended"
     )
 
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+from zephon.io.versions import FileVersions, common_root
+
 PLAN_VERSION = 2
 
 MAY_CHANGE = {
@@ -78,9 +80,6 @@ def of_dataset(dataset, io=None) -> dict:
     """A dataset: a digest of its settings, and its files (names relative to their common
     folder, sizes, versions) as ``FileVersions``, which can say which file changed. The path is
     left out: the same files mounted elsewhere are the same data."""
-    from zephon.io.dataset import common_root
-    from zephon.io.versions import FileVersions
-
     shards = dataset.files(io)
     settings = [dataset.name, repr(dataset.file_format(io)), dataset.exhausted, dataset.columns]
     if dataset.on_error != "raise":

@@ -228,12 +228,6 @@ class Dataset:
         copy = " of its decompressed copy" if unit == "bytes" and fmt.compression is not None else ""
         return f"{url}, {unit} [{chunk.start}, {chunk.stop}){copy}"
 
-    def fingerprint(self, io: IOConfig | None = None) -> dict:
-        """What shapes this dataset's data (see zephon.fingerprint)."""
-        from zephon.fingerprint import of_dataset
-
-        return of_dataset(self, io)
-
     def __getstate__(self):
         # workers get the resolved shards but not cached chunk tables (they can be large)
         state = dict(self.__dict__)
@@ -359,13 +353,3 @@ def _infer_format(name: str, shards: list[Shard], explicit: str | None) -> Forma
             f"dataset {name!r} mixes file kinds {sorted(map(str, kinds))}; give each kind its own dataset"
         )
     return format_for(*kinds.pop())
-
-
-def common_root(urls: list[str]) -> str:
-    if len(urls) == 1:
-        return urls[0].rsplit("/", 1)[0] + "/"
-    prefix = urls[0]
-    for u in urls[1:]:
-        while not u.startswith(prefix):
-            prefix = prefix[:-1]
-    return prefix[: prefix.rfind("/") + 1]

@@ -2,8 +2,8 @@
 
 ::
 
-    python -m zephon.replay --job train_configs/llama3_debug.toml --step 7 [--dump_folder DIR]
-    python -m zephon.replay --recipe zephon_recipes/debug.toml --global-batch-size 16 \\
+    python -m zephon.torchtitan.replay --job train_configs/llama3_debug.toml --step 7 [--dump_folder DIR]
+    python -m zephon.torchtitan.replay --recipe zephon_recipes/debug.toml --global-batch-size 16 \\
         --seq-len 128 --local-batch-size 2 --step 7
     ... [--checkpoint DIR] [--out step7.npz] [--tokens 12] [--section.field value ...]
 
@@ -42,7 +42,7 @@ import numpy as np
 from zephon.batch import Batch, batches_per_lane, global_step_digest
 from zephon.progress import Progress
 
-log = logging.getLogger("zephon.replay")
+log = logging.getLogger("zephon.torchtitan.replay")
 
 
 @dataclass
@@ -115,9 +115,9 @@ def loader_state(path: str) -> dict[str, str]:
     """The zephon dataloader entries of the DCP checkpoint at ``path``, read in this process."""
     import warnings
 
+    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.api import CheckpointException
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
     try:
         metadata = FileSystemReader(path).read_metadata()
@@ -132,7 +132,9 @@ def loader_state(path: str) -> dict[str, str]:
     try:
         with warnings.catch_warnings():  # "no process group: loading in a single process" is the intent
             warnings.simplefilter("ignore", UserWarning)
-            return _load_state_dict_from_keys(keys=keys, checkpoint_id=path)["dataloader"]
+            state = {"dataloader": {key.split(".", 1)[1]: "" for key in keys}}  # the keys to read
+            dcp.load(state, checkpoint_id=path)
+            return state["dataloader"]
     except (Exception, CheckpointException) as e:  # DCP's own is a BaseException
         files = glob.glob(os.path.join(path, "*.distcp"))
         raise _damaged(path, files[0] if len(files) == 1 else os.path.join(path, "*.distcp"), e) from e
@@ -313,7 +315,9 @@ def save(path: str, batches: list[Batch], pipeline) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m zephon.replay", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m zephon.torchtitan.replay", description=__doc__.split("\n\n")[0]
+    )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--job", help="a TorchTitan job config (train_configs/NAME.toml)")
     what.add_argument("--recipe", help="a data recipe (zephon_recipes/NAME.toml), with the batch geometry")
