@@ -105,7 +105,19 @@ def test_batches_are_the_same_with_either_backend(fresh_tokenizers, corpus, gpt2
         p = Pipeline(ds).options(num_lanes=2, chunk_bytes=4096).tokenize(gpt2).pack_flat(64)
         return [b.digest() for b in drain(p.shuffle(8, seed=1).batch(2), 40)]
 
+    tok = load_tokenizer(gpt2)  # the pipeline's thread workers share this process's tokenizer
+    assert tok.fast.wait(), "fastokens loaded before the run, so that no chunk goes to the reference"
+    encoded = []
+    real = tok.fast.fast
+
+    class Counting:
+        def encode_batch_flat(self, texts):
+            encoded.append(len(texts))
+            return real.encode_batch_flat(texts)
+
+    tok.fast.fast = Counting()
     fast = batches()
+    assert len(encoded) >= 4, "fastokens encoded the chunks of the first run"
     monkeypatch.setattr(tokenizer, "_LOADED", {})
     monkeypatch.setattr(fast_tokenizer, "load", lambda raw: None)
     assert load_tokenizer(gpt2).backend_name == "tokenizers"
