@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, fields
 
 from zephon.fields import check_table
@@ -69,6 +70,11 @@ class Options:
         if not isinstance(self.io_options, dict):
             raise ValueError(f"io_options must be a dict, got {self.io_options!r}")
         IOConfig.parse(self.io_options)  # fails now on a bad key, not in a worker
+
+    def replace(self, **changes) -> Options:
+        """These options with ``changes``; an unknown name is refused with the valid ones."""
+        check_table(changes, self, "options")  # names the valid keys (dataclasses.replace would not)
+        return dataclasses.replace(self, **changes)
 
     @property
     def io(self) -> IOConfig:

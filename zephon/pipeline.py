@@ -15,7 +15,6 @@ import dataclasses
 from collections.abc import Callable, Iterator
 
 from zephon.batch import Batch
-from zephon.fields import check_table
 from zephon.fingerprint import PERFORMANCE_OPTIONS
 from zephon.io import Dataset
 from zephon.ops import BatchRows, Filter, Images, Map, Operator, PackFlat, Shuffle, Tokenize
@@ -69,8 +68,7 @@ class Pipeline:
         self._run.close()
 
     def options(self, **options) -> Pipeline:
-        check_table(options, Options, "options")  # names the valid options (replace would not)
-        return self._with(_options=dataclasses.replace(self._options, **options))
+        return self._with(_options=self._options.replace(**options))
 
     def _then(self, op: Operator) -> Pipeline:
         given = self._output()
