@@ -39,27 +39,70 @@ class Chunk:
         return self.stop - self.start
 
 
+Span = tuple[int, int, int]  # (start, stop, step): [start, stop) cut into chunks of step (the last shorter)
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkTable:
-    """All chunks of one dataset, as parallel arrays (a dataset may have millions of chunks)."""
+    """All chunks of one dataset, as spans: span ``j`` is ``[start[j], stop[j])`` of shard
+    ``shard[j]`` (a file of a line format, a row group, a record batch) cut into chunks of
+    ``step[j]``, the last one shorter. Chunk ``i`` is found through the running count of chunks
+    per span, so memory goes with the spans (files, row groups), not the chunks: a dataset may
+    have hundreds of millions of chunks."""
 
-    shard: np.ndarray  # int32
-    start: np.ndarray  # int64
-    stop: np.ndarray  # int64
+    span_shard: np.ndarray  # int32 [S]
+    span_start: np.ndarray  # int64 [S]
+    span_stop: np.ndarray  # int64 [S]
+    span_step: np.ndarray  # int64 [S]
+    first: np.ndarray  # int64 [S + 1]: chunks before each span
 
     @staticmethod
-    def from_ranges(ranges: list[tuple[int, int, int]]) -> ChunkTable:
-        arr = np.asarray(ranges, dtype=np.int64).reshape(-1, 3)
-        return ChunkTable(arr[:, 0].astype(np.int32), arr[:, 1].copy(), arr[:, 2].copy())
+    def from_spans(spans: list[tuple[int, int, int, int]]) -> ChunkTable:
+        """From ``(shard, start, stop, step)`` per span; empty spans are left out."""
+        arr = np.asarray(spans, dtype=np.int64).reshape(-1, 4)
+        return ChunkTable.of(arr[:, 0].astype(np.int32), arr[:, 1], arr[:, 2], arr[:, 3])
+
+    @staticmethod
+    def of(shard: np.ndarray, start: np.ndarray, stop: np.ndarray, step: np.ndarray) -> ChunkTable:
+        keep = stop > start
+        shard, start, stop, step = shard[keep], start[keep], stop[keep], step[keep]
+        first = np.zeros(len(start) + 1, np.int64)
+        np.cumsum(-(-(stop - start) // step), out=first[1:])
+        return ChunkTable(shard.astype(np.int32), start.astype(np.int64), stop.astype(np.int64),
+                          step.astype(np.int64), first)  # fmt: skip
 
     def __len__(self) -> int:
-        return len(self.shard)
+        return int(self.first[-1])
 
     def chunk(self, dataset: int, i: int) -> Chunk:
-        return Chunk(dataset, int(self.shard[i]), int(self.start[i]), int(self.stop[i]))
+        j = int(np.searchsorted(self.first, i, side="right")) - 1
+        start = int(self.span_start[j]) + (i - int(self.first[j])) * int(self.span_step[j])
+        return Chunk(
+            dataset,
+            int(self.span_shard[j]),
+            start,
+            min(start + int(self.span_step[j]), int(self.span_stop[j])),
+        )
 
-    def sizes(self) -> np.ndarray:
-        return self.stop - self.start
+    def ranges(self) -> np.ndarray:
+        """Every chunk as ``(shard, start, stop)``: int64 [len, 3] (for small tables: tests, tools)."""
+        counts = np.diff(self.first)
+        span = np.repeat(np.arange(len(counts)), counts)
+        start = self.span_start[span] + (np.arange(len(self)) - self.first[span]) * self.span_step[span]
+        stop = np.minimum(start + self.span_step[span], self.span_stop[span])
+        return np.stack([self.span_shard[span].astype(np.int64), start, stop], axis=1)
+
+    @property
+    def shard(self) -> np.ndarray:
+        return self.ranges()[:, 0]
+
+    @property
+    def start(self) -> np.ndarray:
+        return self.ranges()[:, 1]
+
+    @property
+    def stop(self) -> np.ndarray:
+        return self.ranges()[:, 2]
 
 
 # Chunking chosen from a dataset's size and the lane count, unless chunk_size/chunk_bytes are given:
@@ -89,8 +132,3 @@ def rows_within(chunk_rows: int, chunk_bytes: int, group_rows: int, group_bytes:
     """Rows per chunk inside a row group of ``group_rows`` rows and ``group_bytes`` bytes."""
     per_row = group_bytes / max(1, group_rows)
     return max(1, min(chunk_rows, int(chunk_bytes // per_row) if per_row else chunk_rows))
-
-
-def split_range(start: int, stop: int, step: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` cut into consecutive pieces of at most ``step``."""
-    return [(a, min(a + step, stop)) for a in range(start, stop, step)]

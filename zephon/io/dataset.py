@@ -147,14 +147,15 @@ class Dataset:
                 step = chunk_bytes or MAX_CHUNK_BYTES
             else:
                 size, step = 0, chunk_bytes or auto_chunk_bytes(sum(s.size for s in shards), num_lanes)
-            ranges = [
-                (i, a, b)
-                for i, rs in enumerate(map_fn(lambda s: fmt.plan(s, size, step, opener), shards))
-                for a, b in rs
+            spans = [
+                (i, a, b, c)
+                for i, found in enumerate(map_fn(lambda s: fmt.plan(s, size, step, opener), shards))
+                for a, b, c in found
             ]
-            if not ranges:
+            table = ChunkTable.from_spans(spans)
+            if not len(table):
                 raise ValueError(f"dataset {self.name!r} has no records: {self.path}")
-            self._cache[key] = ChunkTable.from_ranges(ranges)
+            self._cache[key] = table
         return self._cache[key]
 
     def plain_shards(self, io: IOConfig | None = None) -> list[Shard]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from zephon.io.chunks import Shard, rows_within, split_range
+from zephon.io.chunks import Shard, Span, rows_within
 from zephon.io.formats.base import LRU, ChunkRead, Format, content_digest
 
 if TYPE_CHECKING:  # pyarrow is imported where an Arrow file is read: not at zephon's import
@@ -49,13 +49,18 @@ class ArrowFormat(Format):
     def rows(self, shard: Shard, opener) -> int:
         return sum(b.num_rows for b in _batches(shard, opener))
 
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
-        ranges, start = [], 0
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[Span]:
+        spans, start = [], 0
         for batch in _batches(shard, opener):
-            step = rows_within(chunk_size, chunk_bytes, batch.num_rows, batch.nbytes)
-            ranges += split_range(start, start + batch.num_rows, step)
+            spans.append(
+                (
+                    start,
+                    start + batch.num_rows,
+                    rows_within(chunk_size, chunk_bytes, batch.num_rows, batch.nbytes),
+                )
+            )
             start += batch.num_rows
-        return ranges
+        return spans
 
     def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         offset = 0

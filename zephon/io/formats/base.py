@@ -9,7 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from zephon.io.chunks import Shard
+from zephon.io.chunks import Shard, Span
 
 Records = list[dict[str, Any]]
 
@@ -60,9 +60,10 @@ class Format(ABC):
         self.compression = compression
 
     @abstractmethod
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
-        """Chunk ranges of ``shard`` from its metadata, in this format's unit: at most
-        ``chunk_size`` rows (row formats) and about ``chunk_bytes`` bytes."""
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[Span]:
+        """The spans of ``shard`` from its metadata, in this format's unit: ``(start, stop,
+        step)``, cut into chunks of at most ``chunk_size`` rows (row formats) and about
+        ``chunk_bytes`` bytes (see ``zephon.io.chunks.ChunkTable``)."""
 
     def rows(self, shard: Shard, opener) -> int | None:
         """Rows of ``shard`` from its metadata (row formats), else None."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from zephon.io.chunks import Shard, rows_within, split_range
+from zephon.io.chunks import Shard, Span, rows_within
 from zephon.io.formats.base import LRU, ChunkRead, Format, content_digest
 
 if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: not at zephon's import
@@ -47,13 +47,14 @@ class ParquetFormat(Format):
     def rows(self, shard: Shard, opener) -> int:
         return self.footer(shard, opener).num_rows
 
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
-        metadata, ranges = self.footer(shard, opener), []
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[Span]:
+        metadata, spans = self.footer(shard, opener), []
         for i, (start, stop) in enumerate(row_group_bounds(metadata)):
             group = metadata.row_group(i)
-            step = rows_within(chunk_size, chunk_bytes, group.num_rows, group.total_byte_size)
-            ranges += split_range(start, stop, step)
-        return ranges
+            spans.append(
+                (start, stop, rows_within(chunk_size, chunk_bytes, group.num_rows, group.total_byte_size))
+            )
+        return spans
 
     def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         bounds = row_group_bounds(self.footer(shard, opener))

@@ -17,7 +17,7 @@ import json
 import tarfile
 from dataclasses import dataclass
 
-from zephon.io.chunks import Shard, rows_within, split_range
+from zephon.io.chunks import Shard, Span, rows_within
 from zephon.io.formats.base import LRU, BadRecord, ChunkRead, DataError, Format, Records, content_digest
 
 _INDEXES = LRU(64)
@@ -118,9 +118,9 @@ class WebDatasetFormat(Format):
     def rows(self, shard: Shard, opener) -> int:
         return len(self.index(shard, opener).keys)
 
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[tuple[int, int]]:
+    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[Span]:
         n = self.rows(shard, opener)
-        return split_range(0, n, rows_within(chunk_size, chunk_bytes, n, shard.size)) if n else []
+        return [(0, n, rows_within(chunk_size, chunk_bytes, n, shard.size))] if n else []
 
     def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         index = self.index(shard, opener)
