@@ -62,7 +62,7 @@ def test_a_local_file_edited_in_place_with_size_and_mtime_kept_fails_the_restore
     take(pipeline, 21)
     state = pipeline.state_dict()
     pipeline.close()
-    plan = _pipeline(path, gpt2).plan()
+    plan = _pipeline(path, gpt2).spec().lane_plan()
     replayed = [
         plan.chunk(dataset, lane, k)
         for lane, value in ((int(lane), v) for lane, v in state["lanes"].items())

@@ -25,7 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from zephon.io.versions import FileVersions, common_root
+from zephon.io.chunks import common_root
+from zephon.io.versions import FileVersions
 
 PLAN_VERSION = 2
 

@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterator
 from zephon.batch import Batch
 from zephon.fingerprint import PERFORMANCE_OPTIONS
 from zephon.io import Dataset
+from zephon.jobplan import JobPlan
 from zephon.ops import BatchRows, Filter, Images, Map, Operator, PackFlat, Shuffle, Tokenize
 from zephon.options import Options
 from zephon.run import Run
 from zephon.spec import RunSpec, output_of
-from zephon.work import DatasetWorkSource, LanePlan, MixtureWorkSource
+from zephon.work import DatasetWorkSource, MixtureWorkSource
 
 
 class Pipeline:
@@ -35,6 +36,7 @@ class Pipeline:
         self.source = source
         self._options = Options()
         self._ops: tuple[Operator, ...] = ()
+        self._plan: JobPlan | None = None
         self._run: Run | None = None
 
     # -- building ---------------------------------------------------------------------------
@@ -160,11 +162,20 @@ class Pipeline:
 
     def spec(self) -> RunSpec:
         """What a run of this recipe needs of it (see zephon.spec)."""
-        return RunSpec(self.source, self._options, self._ops)
+        return RunSpec(self.source, self._options, self._ops, self._plan)
 
-    def plan(self) -> LanePlan:
-        """Which chunk of each dataset every lane reads: from metadata (see ``RunSpec.plan``)."""
+    def plan(self) -> JobPlan:
+        """The job plan: every dataset listed and planned into chunks (the given plan, if any;
+        see zephon.jobplan). Save it, share it, and give it to the job's other pipelines."""
         return self.spec().plan()
+
+    def with_plan(self, plan: JobPlan) -> Pipeline:
+        """This pipeline with a job plan made for its recipe (refused by name otherwise, when the
+        run starts): it lists nothing and reads no metadata. It changes no data, so a pipeline
+        that holds state keeps it."""
+        if not isinstance(plan, JobPlan):
+            raise ValueError(f"with_plan takes a JobPlan (pipeline.plan(), JobPlan.load(path)), got {plan!r}")
+        return self._with(_plan=plan)
 
     # -- running: the pipeline's own run -------------------------------------------------------
 

@@ -62,7 +62,7 @@ class Run:
             raise ValueError("end the pipeline with .batch(microbatch_size=...) to iterate it")
         self.close()
         if self._plan is None:
-            self._plan = self.spec.plan()
+            self._plan = self.spec.lane_plan()
             self._digests = ChunkDigests([len(table) for table in self._plan.tables])
         delivery = _Delivery(self.spec, self._plan, self.lane_states(), self._digests)
         self._delivery, self._finalizer = delivery, close_when_dropped(self, delivery.close)

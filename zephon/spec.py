@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zephon import fingerprint
+from zephon.jobplan import JobPlan, make_plan
 from zephon.lanes import ChunkWork, LaneOps
 from zephon.ops import BatchRows, Images, Map, Operator, PackFlat, Read, Shuffle, Tokenize
 from zephon.options import Options
 from zephon.runners import thread_map
-from zephon.work import LanePlan, MixtureWorkSource, PlanContext
+from zephon.work import LanePlan, MixtureWorkSource
 
 BEST_FIT_WINDOW_ROWS = 64  # best-fit packs a window at a time: enough rows to pack well
 
@@ -33,6 +34,7 @@ class RunSpec:
     source: MixtureWorkSource
     options: Options
     operators: tuple[Operator, ...]
+    job_plan: JobPlan | None = None  # given (pipeline.with_plan): no listing or metadata request
 
     @property
     def output(self) -> str:
@@ -47,6 +49,8 @@ class RunSpec:
 
     def fingerprint(self) -> dict:
         """Everything that shapes the data (see zephon.fingerprint, which makes it)."""
+        if self.job_plan is not None:
+            self.plan()  # the files' versions come from the plan, not from listing them again
         return fingerprint.of_spec(self)
 
     def window_rows(self) -> int:
@@ -80,14 +84,27 @@ class RunSpec:
         ops = [read, *(op for op in self.operators if op.stateless)]
         return ChunkWork(ops, self.source.names), max(op.parallelism for op in ops)
 
-    def plan(self) -> LanePlan:
-        """Which chunk of each dataset every lane reads: from metadata, once per run."""
-        options = self.options
-        ctx = PlanContext(options.num_lanes, options.chunk_size, options.chunk_bytes, options.io, thread_map)
-        plan = self.source.plan(ctx)
+    def plan(self) -> JobPlan:
+        """The job plan (zephon.jobplan): the given one, checked against the recipe, else made now
+        (the store's listing and metadata requests); the datasets take it either way."""
+        options, datasets = self.options, self.source.datasets
+        chunking = options.num_lanes, options.chunk_size, options.chunk_bytes
+        if self.job_plan is None:
+            plan = make_plan(datasets, *chunking, options.io, thread_map)
+        else:
+            plan = self.job_plan
+            plan.check(JobPlan.identity(datasets, *chunking))
+        for dataset, entry in zip(datasets, plan.datasets, strict=True):
+            dataset.adopt(entry, *chunking)
         self._check_image_field()
         self._check_text_field()
         return plan
+
+    def lane_plan(self) -> LanePlan:
+        """Which chunk of each dataset every lane reads: from the job plan, once per run."""
+        tables = [entry.chunks for entry in self.plan().datasets]
+        given = self.options.chunk_size is not None or self.options.chunk_bytes is not None
+        return self.source.lane_plan(tables, self.options.num_lanes, given)
 
     def _check_image_field(self) -> None:
         """``images(field=...)`` names a field that no dataset's schema has: a misspelling, named

@@ -12,7 +12,15 @@ import fsspec
 from fsspec.utils import get_protocol
 
 from zephon.io import hub
-from zephon.io.chunks import MAX_CHUNK_BYTES, Chunk, ChunkTable, Shard, auto_chunk_bytes, auto_chunk_rows
+from zephon.io.chunks import (
+    MAX_CHUNK_BYTES,
+    Chunk,
+    ChunkTable,
+    FileTable,
+    Shard,
+    auto_chunk_bytes,
+    auto_chunk_rows,
+)  # fmt: skip
 from zephon.io.formats import ChunkRead, DataError, Format, Records, format_for, split_suffix
 from zephon.io.formats.base import content_digest
 from zephon.io.formats.imagefolder import is_image, is_metadata
@@ -34,6 +42,20 @@ _BLOCK = 8 << 20  # bytes per request when a remote file is read whole to digest
 log = logging.getLogger(__name__)
 EXHAUSTED = ("stop", "repeat")
 ON_ERROR = ("raise", "skip")
+
+
+@dataclass(frozen=True)
+class DatasetPlan:
+    """One dataset's part of a job plan (zephon.jobplan): its format, files (and an image
+    folder's images), the fields of its records where the format has a schema, its chunk table."""
+
+    name: str
+    format: str
+    compression: str | None
+    files: FileTable
+    images: FileTable | None
+    fields: list[str] | None
+    chunks: ChunkTable
 
 
 @dataclass(frozen=True)
@@ -130,7 +152,7 @@ class Dataset:
         ``num_lanes`` (see ``zephon.io.chunks``). ``map_fn`` may be a parallel map, for datasets
         of many remote files.
         """
-        key = ("chunks", num_lanes, chunk_size, chunk_bytes)
+        key = "chunks", num_lanes, chunk_size, chunk_bytes
         if key not in self._cache:
             fmt, shards = self.plain_format(io), self.plain_shards(io)
             opener = self.opener(io)
@@ -182,8 +204,36 @@ class Dataset:
         ``columns`` where given), or None where the format has no schema."""
         if self.columns is not None:
             return list(self.columns)
-        shards = self.shards(io)
-        return self.file_format(io).schema_names(shards[0], self.opener(io)) if shards else None
+        if "fields" not in self._cache:
+            shards = self.shards(io)
+            self._cache["fields"] = (
+                self.file_format(io).schema_names(shards[0], self.opener(io)) if shards else None
+            )
+        return self._cache["fields"]
+
+    # -- a job plan's part ------------------------------------------------------------------
+
+    def planned(self, num_lanes: int, chunk_size: int | None, chunk_bytes: int | None, io: IOConfig | None,
+                map_fn=map) -> DatasetPlan:  # fmt: skip
+        """This dataset listed and planned, as a job plan holds it (zephon.jobplan)."""
+        chunks = self.chunks(num_lanes, chunk_size, chunk_bytes, io, map_fn)
+        fmt, images = self.file_format(io), self._cache.get("images")
+        return DatasetPlan(
+            self.name, fmt.name, fmt.compression, FileTable.of(self.shards(io)),
+            FileTable.of(images) if images is not None else None, self.field_names(io), chunks,
+        )  # fmt: skip
+
+    def adopt(
+        self, plan: DatasetPlan, num_lanes: int, chunk_size: int | None, chunk_bytes: int | None
+    ) -> None:
+        """Take the listing and metadata from ``plan`` (made for this dataset): no request made."""
+        self._cache["shards"] = plan.files
+        fmt = format_for(plan.format, plan.compression)
+        if plan.images is not None:
+            self._cache["images"] = list(plan.images)
+            fmt.bind(self._cache["images"])
+        self._cache["format"], self._cache["fields"] = fmt, plan.fields
+        self._cache["chunks", num_lanes, chunk_size, chunk_bytes] = plan.chunks
 
     def opener(self, io: IOConfig | None = None) -> Opener:
         return Opener(io or IOConfig(), self.storage_options)

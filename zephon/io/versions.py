@@ -63,13 +63,3 @@ def _groups(shards: list[Shard]):
 
 def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
-
-
-def common_root(urls: list[str]) -> str:
-    if len(urls) == 1:
-        return urls[0].rsplit("/", 1)[0] + "/"
-    prefix = urls[0]
-    for u in urls[1:]:
-        while not u.startswith(prefix):
-            prefix = prefix[:-1]
-    return prefix[: prefix.rfind("/") + 1]

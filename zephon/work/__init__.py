@@ -6,7 +6,6 @@ from zephon.work.source import (
     DatasetWorkSource,
     LanePlan,
     MixtureWorkSource,
-    PlanContext,
     ScheduledMixtureWorkSource,
 )
 
@@ -18,7 +17,6 @@ __all__ = [
     "Mixer",
     "MixtureWorkSource",
     "Piece",
-    "PlanContext",
     "Position",
     "Schedule",
     "ScheduledMixtureWorkSource",

@@ -3,26 +3,10 @@ dataset every lane reads, as a pure function of the recipe."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 from zephon.io import ChunkTable, Dataset
-from zephon.io.remote import IOConfig
 from zephon.work.mixture import UNITS, MixRule, normalize
 from zephon.work.plan import ChunkDealer
 from zephon.work.schedule import Schedule
-
-
-@dataclass(frozen=True, slots=True)
-class PlanContext:
-    """What a work source needs from the pipeline to make its plan. ``chunk_size`` and
-    ``chunk_bytes``: None chooses them from each dataset's size and ``num_lanes``."""
-
-    num_lanes: int
-    chunk_size: int | None = None
-    chunk_bytes: int | None = None
-    io: IOConfig = field(default_factory=IOConfig)
-    map_fn: Callable = map  # a parallel map for planning many remote files
 
 
 class MixtureWorkSource:
@@ -66,20 +50,20 @@ class MixtureWorkSource:
         """What each of ``num_lanes`` lanes mixes by."""
         return MixRule(self.names, self.shares, self.unit)
 
-    def plan(self, ctx: PlanContext) -> LanePlan:
-        tables = [
-            d.chunks(ctx.num_lanes, ctx.chunk_size, ctx.chunk_bytes, ctx.io, ctx.map_fn)
-            for d in self.datasets
-        ]
+    def lane_plan(self, tables: list[ChunkTable], num_lanes: int, chunking_given: bool) -> LanePlan:
+        """Which chunk of each dataset (``tables``, one per dataset) every lane reads."""
         for d, t in zip(self.datasets, tables, strict=True):
-            if d.exhausted == "stop" and len(t) < ctx.num_lanes:
-                given = ctx.chunk_size is not None or ctx.chunk_bytes is not None
-                fix = "lower chunk_size/chunk_bytes (or leave them unset)" if given else "use fewer lanes"
+            if d.exhausted == "stop" and len(t) < num_lanes:
+                fix = (
+                    "lower chunk_size/chunk_bytes (or leave them unset)"
+                    if chunking_given
+                    else "use fewer lanes"
+                )
                 raise ValueError(
-                    f"dataset {d.name!r} has {len(t)} chunks for {ctx.num_lanes} lanes, so some lanes "
+                    f"dataset {d.name!r} has {len(t)} chunks for {num_lanes} lanes, so some lanes "
                     f'would get no data: {fix}, or set exhausted="repeat"'
                 )
-        return LanePlan(self, tables, ctx.num_lanes)
+        return LanePlan(self, tables, num_lanes)
 
 
 class ScheduledMixtureWorkSource(MixtureWorkSource):

@@ -1,0 +1,165 @@
+"""The job plan: everything planning reads from the store, made once per job and shared.
+
+Planning lists every dataset's files (names, sizes, versions), reads the metadata chunking needs
+(Parquet footers, Arrow batches, tar headers) and cuts each dataset into its chunk table. A
+:class:`JobPlan` holds all of it: a pure function of the recipe's datasets and chunking, and of
+the store's listing. Given to a pipeline (``pipeline.with_plan(plan)``), it spares the run every
+listing and metadata request; a plan that does not belong to the recipe is refused by name.
+
+On disk (``save``/``load``) it is one NumPy ``.npz`` archive: a JSON header and, per dataset, its
+files as columns (names under a common root, sizes, versions) and its chunk table as spans.
+Sizes: about 100 bytes per file and 36 per span (a line file, a row group), whatever the number
+of chunks; ``nbytes`` tells.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from zephon.fingerprint import diff
+from zephon.io.chunks import ChunkTable, FileTable
+from zephon.io.dataset import Dataset, DatasetPlan
+
+log = logging.getLogger("zephon")
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """``recipe``: what the plan was made for (``identity``); ``stats``: what making it cost."""
+
+    recipe: dict
+    datasets: list[DatasetPlan]
+    stats: dict = field(default_factory=dict)
+
+    @staticmethod
+    def identity(
+        datasets: list[Dataset], num_lanes: int, chunk_size: int | None, chunk_bytes: int | None
+    ) -> dict:
+        """What of a recipe a plan depends on: each dataset's place and reading settings, and the
+        chunking (num_lanes picks the chunk size where none is given)."""
+        return {
+            "num_lanes": num_lanes, "chunk_size": chunk_size, "chunk_bytes": chunk_bytes,
+            "datasets": [
+                {"name": d.name, "path": d.path, "format": d.format, "columns": list(d.columns or []) or None}
+                for d in datasets
+            ],
+        }  # fmt: skip
+
+    def check(self, identity: dict) -> None:
+        """Refuse a plan made for another recipe, naming what differs."""
+        changes = diff(self.recipe, identity)
+        if changes:
+            raise ValueError(
+                f"this job plan was made for another recipe; differs: {'; '.join(changes)}. Make a plan "
+                "for this recipe (pipeline.plan()), or leave the plan out"
+            )
+
+    @property
+    def files(self) -> int:
+        return sum(len(d.files) + len(d.images or ()) for d in self.datasets)
+
+    @property
+    def chunks(self) -> int:
+        return sum(len(d.chunks) for d in self.datasets)
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.datasets)} datasets, {self.files:,} files, {self.chunks:,} chunks, "
+            f"{self.nbytes / 1e6:.1f} MB"
+        )
+
+    # -- on disk ----------------------------------------------------------------------------
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._arrays().values())
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        arrays = {}
+        for i, d in enumerate(self.datasets):
+            for part, table in (("files", d.files), ("images", d.images)):
+                if table is not None:
+                    arrays.update({f"{i}.{part}.{k}": v for k, v in table.arrays().items()})
+            arrays.update({f"{i}.chunks.{k}": getattr(d.chunks, k) for k in _SPAN_COLUMNS})
+        return arrays
+
+    def _header(self) -> dict:
+        return {
+            "zephon_job_plan": VERSION,
+            "recipe": self.recipe,
+            "stats": self.stats,
+            "datasets": [
+                {"name": d.name, "format": d.format, "compression": d.compression, "fields": d.fields,
+                 "root": d.files.root, "images_root": d.images.root if d.images is not None else None}
+                for d in self.datasets
+            ],
+        }  # fmt: skip
+
+    def to_bytes(self) -> bytes:
+        out = io.BytesIO()
+        header = np.frombuffer(json.dumps(self._header()).encode(), np.uint8)
+        np.savez(out, header=header, **self._arrays())
+        return out.getvalue()
+
+    @staticmethod
+    def from_bytes(data: bytes, where: str = "the job plan") -> JobPlan:
+        try:
+            archive = np.load(io.BytesIO(data), allow_pickle=False)
+            header = json.loads(archive["header"].tobytes())
+        except Exception as e:
+            raise ValueError(f"{where} is not a zephon job plan ({type(e).__name__}: {e})") from None
+        if header.get("zephon_job_plan") != VERSION:
+            raise ValueError(
+                f"{where} is a job plan of version {header.get('zephon_job_plan')!r}; this zephon reads "
+                f"version {VERSION}: make the plan again"
+            )
+        datasets = [_dataset(archive, i, d) for i, d in enumerate(header["datasets"])]
+        return JobPlan(header["recipe"], datasets, header.get("stats", {}))
+
+    def save(self, path: str) -> None:
+        """Write the plan to ``path`` (atomically: a reader sees the whole file or none)."""
+        import os
+
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(self.to_bytes())
+        os.replace(tmp, path)
+
+    @staticmethod
+    def load(path: str) -> JobPlan:
+        with open(path, "rb") as f:
+            return JobPlan.from_bytes(f.read(), path)
+
+
+_FILE_COLUMNS = ("names", "name_offsets", "sizes", "versions", "version_offsets")
+_SPAN_COLUMNS = ("span_shard", "span_start", "span_stop", "span_step")
+
+
+def _dataset(archive, i: int, d: dict) -> DatasetPlan:
+    """Dataset ``i`` of a plan read back: its header entry ``d`` and its arrays."""
+
+    def table(part: str, root: str | None) -> FileTable | None:
+        return None if root is None else FileTable(root, *(archive[f"{i}.{part}.{k}"] for k in _FILE_COLUMNS))
+
+    chunks = ChunkTable.of(*(archive[f"{i}.chunks.{k}"] for k in _SPAN_COLUMNS))
+    files, images = table("files", d["root"]), table("images", d["images_root"])
+    return DatasetPlan(d["name"], d["format"], d["compression"], files, images, d["fields"], chunks)
+
+
+def make_plan(datasets: list[Dataset], num_lanes: int, chunk_size: int | None, chunk_bytes: int | None,
+              io_config, map_fn=map) -> JobPlan:  # fmt: skip
+    """List and plan every dataset (the store's requests of a job start), with progress lines."""
+    start = time.monotonic()
+    entries = [d.planned(num_lanes, chunk_size, chunk_bytes, io_config, map_fn) for d in datasets]
+    plan = JobPlan(JobPlan.identity(datasets, num_lanes, chunk_size, chunk_bytes), entries,
+                   {"seconds": round(time.monotonic() - start, 3)})  # fmt: skip
+    log.info("zephon: planned %s in %.1f s", plan.summary(), plan.stats["seconds"])
+    return plan
