@@ -45,10 +45,10 @@ class ChunkWork:
     def __call__(self, chunk: Chunk) -> Any:
         try:
             unit = self.ops[0].work(chunk)  # the read
-            digest = unit.digest
+            digest, requests = unit.digest, unit.requests
             for op in self.ops[1:]:
                 unit = op.work(unit)
-            unit.digest = digest  # the chunk's identity travels with what it became
+            unit.digest, unit.requests = digest, requests  # what the read found travels on
             if getattr(unit, "skipped", None):
                 for record, why in unit.skipped:
                     self.skips.report(chunk, record, why, self.where)
@@ -129,6 +129,7 @@ class ChunkStreams:
         self.ends: list[int | None] = [None] * len(plan.tables)  # first chunk number past the end
         self.digests = digests or ChunkDigests([len(t) for t in plan.tables])
         self.reads: dict[tuple[int, int], str] = {}  # (dataset, chunk number): digest, as read
+        self.requests = [[0, 0] for _ in plan.tables]  # per dataset: requests and bytes its reads took
 
     def fetch(self, dataset: int, k: int, skip: int = 0) -> Any:
         """The lane's ``k``-th chunk of ``dataset``, tokenized from record ``skip`` on (waits for
@@ -146,6 +147,8 @@ class ChunkStreams:
                 f"lane {self.lane}: a worker died while on {self._where(dataset, k)} ({e})"
             ) from e
         self._read(dataset, k, docs.digest)
+        cost = self.requests[dataset]
+        cost[0], cost[1] = cost[0] + docs.requests[0], cost[1] + docs.requests[1]
         return docs
 
     def _read(self, dataset: int, k: int, digest: str) -> None:

@@ -42,6 +42,7 @@ class Run:
         self._plan: LanePlan | None = None
         self._delivery: _Delivery | None = None
         self._finalizer = None
+        self._requests: list[list[int]] = []  # per dataset: requests and bytes of the chunks read
 
     @property
     def holds_state(self) -> bool:
@@ -64,7 +65,8 @@ class Run:
         if self._plan is None:
             self._plan = self.spec.lane_plan()
             self._digests = ChunkDigests([len(table) for table in self._plan.tables])
-        delivery = _Delivery(self.spec, self._plan, self.lane_states(), self._digests)
+            self._requests = [[0, 0] for _ in self._plan.tables]
+        delivery = _Delivery(self.spec, self._plan, self.lane_states(), self._digests, self._requests)
         self._delivery, self._finalizer = delivery, close_when_dropped(self, delivery.close)
         return _Iterator(self, delivery)
 
@@ -115,23 +117,38 @@ class Run:
 
     def stats(self) -> dict:
         """What this rank has delivered: tokens and documents begun per dataset, and counters
-        (empty documents, filtered records), across restores."""
+        (empty documents, filtered records), across restores; and what this process asked of
+        the store per dataset (``io``: requests and bytes of planning, and of the chunks read)."""
         lanes = self.lane_states().values()
         names = self.spec.source.names
         tokens = [sum(s.tokens[i] for s in lanes) for i in range(len(names))]
         documents = [sum(s.documents[i] for s in lanes) for i in range(len(names))]
+        read = self._requests or [[0, 0] for _ in names]
+        io = {
+            d.name: {"plan_requests": d.planning_requests.requests, "plan_bytes": d.planning_requests.bytes,
+                     "read_requests": r[0], "read_bytes": r[1]}
+            for d, r in zip(self.spec.source.datasets, read, strict=True)
+        }  # fmt: skip
         return {
             "tokens": dict(zip(names, tokens, strict=True)),
             "documents": dict(zip(names, documents, strict=True)),
             "counters": sum_counters(s.counters for s in lanes),
             "batches": sum(s.index for s in lanes),
+            "io": io,
         }
 
 
 class _Delivery:
     """One iteration of a run: the workers, the lane streams, round-robin delivery."""
 
-    def __init__(self, spec: RunSpec, plan: LanePlan, states: dict[int, LaneState], digests: ChunkDigests):
+    def __init__(
+        self,
+        spec: RunSpec,
+        plan: LanePlan,
+        states: dict[int, LaneState],
+        digests: ChunkDigests,
+        requests: list,
+    ):
         opts = spec.options
         self.names, self.runner = spec.source.names, get_runner(opts.runner)
         lane_ops = spec.lane_ops()
@@ -149,6 +166,7 @@ class _Delivery:
         for lane in states:
             start = dataclasses.replace(states[lane])
             streams = ChunkStreams(plan, lane, self.executor, depth, opts.worker_timeout, digests)
+            streams.requests = requests  # one count per run, whichever lane read
             if self.runner.background:  # every lane's first chunks go to the workers at once
                 streams.prime(start)
             makers[lane] = lambda lane=lane, start=start, streams=streams: lane_batches(

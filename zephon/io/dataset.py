@@ -26,8 +26,11 @@ from zephon.io.formats.base import content_digest
 from zephon.io.formats.imagefolder import is_image, is_metadata
 from zephon.io.plain import plain_copy
 from zephon.io.remote import (
+    LIST_PAGE,
+    CountedFile,
     IOConfig,
     Opener,
+    Requests,
     RetryPolicy,
     content_version,
     filesystem,
@@ -114,16 +117,16 @@ class Dataset:
 
     def shards(self, io: IOConfig | None = None) -> list[Shard]:
         if "shards" not in self._cache:
-            policy = (io or IOConfig()).retries
+            policy, requests = (io or IOConfig()).retries, self.planning_requests
             if hub.is_hub_split(self.path):
                 shards, fmt = hub.resolve(self.path, policy)
                 self._cache["hub_format"] = fmt
             elif self.format == "imagefolder":
                 shards, self._cache["images"] = _list_image_folder(
-                    self.name, self.path, self.storage_options, policy
+                    self.name, self.path, self.storage_options, policy, requests
                 )
             else:
-                shards = _list_shards(self.name, self.path, self.storage_options, policy)
+                shards = _list_shards(self.name, self.path, self.storage_options, policy, requests)
             self._cache["shards"] = shards
         return self._cache["shards"]
 
@@ -235,8 +238,15 @@ class Dataset:
         self._cache["format"], self._cache["fields"] = fmt, plan.fields
         self._cache["chunks", num_lanes, chunk_size, chunk_bytes] = plan.chunks
 
-    def opener(self, io: IOConfig | None = None) -> Opener:
-        return Opener(io or IOConfig(), self.storage_options)
+    def opener(self, io: IOConfig | None = None, requests: Requests | None = None) -> Opener:
+        """Opens this dataset's files; what it reads counts in ``requests`` (by default the
+        dataset's planning requests)."""
+        return Opener(io or IOConfig(), self.storage_options, requests or self.planning_requests)
+
+    @property
+    def planning_requests(self) -> Requests:
+        """What listing and planning this dataset cost the store, in this process."""
+        return self._cache.setdefault("requests", Requests())
 
     def plain_format(self, io: IOConfig | None = None) -> Format:
         """The format of the shards as read (a compressed file's copy is plain)."""
@@ -248,12 +258,15 @@ class Dataset:
         one that cannot be read."""
         return self.read_chunk(chunk, io).records
 
-    def read_chunk(self, chunk: Chunk, io: IOConfig | None = None) -> ChunkRead:
-        """The records of ``chunk`` (as ``read``) and the digest of the bytes they come from."""
+    def read_chunk(
+        self, chunk: Chunk, io: IOConfig | None = None, requests: Requests | None = None
+    ) -> ChunkRead:
+        """The records of ``chunk`` (as ``read``) and the digest of the bytes they come from;
+        the requests it takes count in ``requests``."""
         shard, fmt = self.plain_shards(io)[chunk.shard], self.plain_format(io)
         try:
             skip = self.on_error == "skip"
-            return fmt.read(shard, chunk.start, chunk.stop, self.columns, self.opener(io), skip)
+            return fmt.read(shard, chunk.start, chunk.stop, self.columns, self.opener(io, requests), skip)
         except DataError as e:
             original = self.shards(io)[chunk.shard].url
             if original == shard.url:
@@ -292,33 +305,42 @@ class Dataset:
 
 
 def _list_shards(
-    name: str, path: str, storage_options: dict, policy: RetryPolicy, every_file: bool = False
+    name: str,
+    path: str,
+    storage_options: dict,
+    policy: RetryPolicy,
+    requests: Requests,
+    every_file: bool = False,
 ) -> list[Shard]:
     try:
         fs, root = filesystem(path, storage_options)
     except (ValueError, ImportError) as e:
         raise ValueError(f"dataset {name!r}: cannot open {path}: {e}") from e
     infos = retrying(f"dataset {name!r} at {path}", lambda: _find(fs, root, every_file), policy)
+    local = get_protocol(path) in ("file", "local")
+    # a local folder: its listing and a stat per file; a store: a listing page per 1,000 files
+    requests.add(1 + len(infos or ()) if local else max(1, -(-len(infos or ()) // LIST_PAGE)))
     if infos is None:
         raise FileNotFoundError(f"dataset {name!r}: no such file or folder: {path}")
     if not infos:
         raise ValueError(f"dataset {name!r}: no data files found at {path}")
-    if get_protocol(path) in ("file", "local"):
+    if local:
         if every_file:  # an image folder: many files, each versioned by its modification time
             return [Shard(p, int(infos[p]["size"]), _mtime_version(p)) for p in sorted(infos)]
         return [
-            Shard(p, int(infos[p]["size"]), _local_version(p, int(infos[p]["size"]))) for p in sorted(infos)
+            Shard(p, int(infos[p]["size"]), _local_version(p, int(infos[p]["size"]), requests))
+            for p in sorted(infos)
         ]
-    return [_remote_shard(name, fs, p, infos[p], policy) for p in sorted(infos)]
+    return [_remote_shard(name, fs, p, infos[p], policy, requests) for p in sorted(infos)]
 
 
 def _list_image_folder(
-    name: str, path: str, storage_options: dict, policy: RetryPolicy
+    name: str, path: str, storage_options: dict, policy: RetryPolicy, requests: Requests
 ) -> tuple[list[Shard], list[Shard]]:
     """A folder of images with its metadata.jsonl: (the metadata files, the image files). Both
     are in the fingerprint (``Dataset.files``); a local image is versioned by its modification
     time, not a sample of its bytes, so that a folder of many images lists fast."""
-    all_shards = _list_shards(name, path, storage_options, policy, every_file=True)
+    all_shards = _list_shards(name, path, storage_options, policy, requests, every_file=True)
     metadata = [s for s in all_shards if is_metadata(s.url)]
     images = [s for s in all_shards if is_image(s.url)]
     if not metadata:
@@ -329,7 +351,7 @@ def _list_image_folder(
     return metadata, images
 
 
-def _remote_shard(name: str, fs, path: str, info: dict, policy: RetryPolicy) -> Shard:
+def _remote_shard(name: str, fs, path: str, info: dict, policy: RetryPolicy, requests: Requests) -> Shard:
     """A remote file's shard; its version is what the store names (VersionId, ETag, blob id), or,
     from a server that names none (an HTTP server without ETag), the digest of all its bytes
     (``content_version``): read once, when the dataset is listed."""
@@ -351,10 +373,11 @@ def _remote_shard(name: str, fs, path: str, info: dict, policy: RetryPolicy) -> 
     return Shard(url, size, version)
 
 
-def _local_version(path: str, size: int) -> str:
+def _local_version(path: str, size: int, requests: Requests) -> str:
     """What identifies a local file's contents, cheaply: a sample of them. (Not its
     modification time: a copy to another machine is the same data.)"""
-    with open(path, "rb") as f:
+    with open(path, "rb") as raw:
+        f = CountedFile(raw, requests)
         return _sample(size, lambda a, b: (f.seek(a), f.read(b - a))[1])
 
 

@@ -199,11 +199,32 @@ _FILESYSTEMS: dict[tuple, object] = {}
 _FILESYSTEMS_LOCK = threading.Lock()
 
 
-class Opener:
-    """Opens the shards of one dataset: local files directly, remote ones by range requests."""
+LIST_PAGE = 1000  # keys an S3 listing request returns at most (GCS and Azure: the same order)
 
-    def __init__(self, io: IOConfig, storage_options: dict):
+
+class Requests:
+    """What reading cost the store: requests (a range read, a listing page, a local file's read
+    call) and the bytes they brought. Thread-safe; ``add`` from any worker."""
+
+    def __init__(self):
+        self.requests, self.bytes, self.lock = 0, 0, threading.Lock()
+
+    def add(self, requests: int, nbytes: int = 0) -> None:
+        with self.lock:
+            self.requests += requests
+            self.bytes += nbytes
+
+    def as_tuple(self) -> tuple[int, int]:
+        return self.requests, self.bytes
+
+
+class Opener:
+    """Opens the shards of one dataset: local files directly, remote ones by range requests;
+    ``requests`` counts what that costs."""
+
+    def __init__(self, io: IOConfig, storage_options: dict, requests: Requests | None = None):
         self.io, self.storage_options = io, storage_options
+        self.requests = requests if requests is not None else Requests()
 
     def is_remote(self, url: str) -> bool:
         return get_protocol(url) not in LOCAL
@@ -211,7 +232,7 @@ class Opener:
     def open(self, shard: Shard):
         if self.is_remote(shard.url):
             return RemoteFile(shard, self)
-        return open(shard.url.removeprefix("file://"), "rb")
+        return CountedFile(open(shard.url.removeprefix("file://"), "rb"), self.requests)
 
     @staticmethod
     def decompress(raw, compression: str):
@@ -311,6 +332,7 @@ class RemoteFile:
         return data
 
     def _fetch(self, start: int, stop: int) -> bytes:
+        self.opener.requests.add(1, stop - start)  # a retry's requests are the retry's business
         return retrying(
             f"{self.shard.url} bytes [{start}, {stop})",
             lambda: self._fetch_once(start, stop),
@@ -372,6 +394,35 @@ class RemoteFile:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class CountedFile:
+    """A local file whose read calls are counted as requests (a shared filesystem pays each)."""
+
+    def __init__(self, raw, requests: Requests):
+        self.raw, self.requests = raw, requests
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.requests.add(1, len(data))
+        return data
+
+    def readinto(self, buffer) -> int:
+        n = self.raw.readinto(buffer)
+        self.requests.add(1, n or 0)
+        return n
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+    def __iter__(self):
+        return iter(self.raw)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.raw.close()
 
 
 # -- range reads bound to the listed version ------------------------------------------------------

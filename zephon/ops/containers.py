@@ -29,6 +29,7 @@ class RecordBlock:
     skip_bad: bool = False
     skipped: list[tuple[int, str]] = field(default_factory=list)
     digest: str = ""  # of the bytes the chunk was read from (zephon.io.formats.content_digest)
+    requests: tuple[int, int] = (0, 0)  # what reading it cost the store: requests, bytes
 
     def without(self, bad: dict[int, str], counters: dict[str, int] | None = None) -> RecordBlock:
         """This block less the records at positions ``bad`` (position: why), counted as skipped."""
@@ -39,7 +40,14 @@ class RecordBlock:
         skipped = self.skipped + [(int(self.numbers[i]), why) for i, why in bad.items()]
         records = [r for r, k in zip(self.records, keep, strict=True) if k]
         return RecordBlock(
-            self.dataset, records, self.numbers[keep], counters, self.skip_bad, skipped, self.digest
+            self.dataset,
+            records,
+            self.numbers[keep],
+            counters,
+            self.skip_bad,
+            skipped,
+            self.digest,
+            self.requests,
         )
 
     def __len__(self) -> int:
@@ -87,6 +95,7 @@ class Docs:
     patches: Patches | None = None  # image-text data: the patch of each image token
     patch_at: np.ndarray | None = None  # int64 [total + 1]: image tokens before each token
     digest: str = ""  # of the bytes its chunk was read from, as the read gave it
+    requests: tuple[int, int] = (0, 0)  # what reading its chunk cost the store: requests, bytes
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

@@ -13,7 +13,7 @@ import numpy as np
 
 from zephon.io import Chunk, Dataset
 from zephon.io.formats import BadRecord
-from zephon.io.remote import IOConfig
+from zephon.io.remote import IOConfig, Requests
 from zephon.ops.base import WorkOperator
 from zephon.ops.containers import RecordBlock
 
@@ -31,11 +31,13 @@ class Read(WorkOperator):
 
     def work(self, chunk: Chunk) -> RecordBlock:
         dataset = self.datasets[chunk.dataset]
-        read = dataset.read_chunk(chunk, self.io)
+        requests = Requests()
+        read = dataset.read_chunk(chunk, self.io, requests)
         records = read.records[chunk.skip :]
         numbers = np.arange(chunk.skip, chunk.skip + len(records))
+        skip_bad = dataset.on_error == "skip"
         block = RecordBlock(
-            chunk.dataset, records, numbers, skip_bad=dataset.on_error == "skip", digest=read.digest
+            chunk.dataset, records, numbers, {}, skip_bad, [], read.digest, requests.as_tuple()
         )
         if not block.skip_bad:
             return block
