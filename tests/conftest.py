@@ -91,17 +91,8 @@ def hub() -> FakeHub:
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory):
     """moto's S3 server on 127.0.0.1 with bucket ``corpus``: (server, storage_options)."""
-    import boto3
-    from support.fakes3 import CountingMotoServer
+    from support.fakes3 import moto_s3
 
-    server = CountingMotoServer(port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="corpus")
-    storage = {
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-        "skip_instance_cache": True,
-    }
+    server, storage = moto_s3()
     yield server, storage
     server.stop()

@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from support.damage import edit_a_replayed_chunk, edit_in_place, write_numbered_lines
+from support.damage import edit_a_replayed_chunk, edit_in_place, numbered_pipeline, write_numbered_lines
 
-from zephon import Dataset, Pipeline
+from zephon import Dataset
 from zephon.io.remote import ChangedFileError
 from zephon.testing import take
-
-
-def _pipeline(path, gpt2, runner: str = "thread", exhausted: str = "stop") -> Pipeline:
-    return (
-        Pipeline(Dataset.from_path("d", str(path), exhausted=exhausted))
-        .options(num_lanes=2, chunk_bytes=32 << 10, runner=runner)
-        .tokenize(gpt2, parallelism=2)
-        .pack_flat(max_length=64)
-        .shuffle(buffer_size=8, seed=1)
-        .batch(microbatch_size=2)
-    )
 
 
 @pytest.mark.parametrize("runner", ["thread", "process"])
@@ -28,13 +17,13 @@ def test_a_local_file_edited_in_place_with_size_and_mtime_kept_fails_the_restore
     path = tmp_path / "d.jsonl"
     lines = write_numbered_lines(str(path))
     assert 800_000 < len(lines) < 1_100_000
-    pipeline = _pipeline(path, gpt2, runner)
+    pipeline = numbered_pipeline(str(path), gpt2, runner)
     take(pipeline, 21)
     state = pipeline.state_dict()
     pipeline.close()
-    edit_a_replayed_chunk(str(path), _pipeline(path, gpt2), state)
+    edit_a_replayed_chunk(str(path), numbered_pipeline(str(path), gpt2), state)
 
-    resumed = _pipeline(path, gpt2, runner)
+    resumed = numbered_pipeline(str(path), gpt2, runner)
     resumed.load_state_dict(state)  # the file's listed version (size, sampled bytes) is unchanged
     with pytest.raises(
         ChangedFileError, match=r"d\.jsonl, bytes \[\d+, \d+\) changed during the run: the run "
@@ -47,7 +36,7 @@ def test_a_local_file_edited_in_place_with_size_and_mtime_kept_fails_the_restore
 def test_a_chunk_read_again_in_a_later_epoch_with_other_bytes_fails_naming_the_file(tmp_path, gpt2, runner):
     path = tmp_path / "d.jsonl"
     lines = write_numbered_lines(str(path), 3000)
-    pipeline = _pipeline(path, gpt2, runner, exhausted="repeat")
+    pipeline = numbered_pipeline(str(path), gpt2, runner, exhausted="repeat")
     iterator = iter(pipeline)
     for _ in range(1000):  # every chunk read at least once (the file makes about 450 batches)
         next(iterator)

@@ -1,5 +1,5 @@
-"""Files changed or damaged behind a run's back: a local file edited in place with its size and
-modification time kept, and a WebDataset tar cut off or damaged at a chosen place."""
+"""Files changed or damaged behind a run's back: a file of numbered lines edited in place with its
+size and modification time kept, and a WebDataset tar cut off or damaged at a chosen place."""
 
 from __future__ import annotations
 
@@ -21,6 +21,21 @@ def write_numbered_lines(path: str, n: int = 9000) -> bytes:
         f.write(lines)
     os.utime(path, (1_700_000_000, 1_700_000_000))
     return lines
+
+
+def numbered_pipeline(path: str, gpt2: str, runner: str = "thread", exhausted: str = "stop", **options):
+    """A pipeline over the numbered lines at ``path`` (a file or URL): 2 lanes, chunks of 32 KiB,
+    rows of 64 tokens, a shuffle of 8, batches of 2."""
+    from zephon import Dataset, Pipeline
+
+    return (
+        Pipeline(Dataset.from_path("d", path, exhausted=exhausted))
+        .options(num_lanes=2, chunk_bytes=32 << 10, runner=runner, **options)
+        .tokenize(gpt2, parallelism=2)
+        .pack_flat(max_length=64)
+        .shuffle(buffer_size=8, seed=1)
+        .batch(microbatch_size=2)
+    )
 
 
 def edit_in_place(path: str, start: int, stop: int) -> None:
@@ -53,7 +68,9 @@ def edit_a_replayed_chunk(path: str, pipeline, state: dict):
         for dataset, k, _ in value["digests"]
     ]
     size = os.path.getsize(path)
-    chunk = next(c for c in replayed if unsampled(size, c.start, c.stop))
+    chunk = next((c for c in replayed if unsampled(size, c.start, c.stop)), None)
+    if chunk is None:
+        raise ValueError(f"the state replays no chunk outside the sampled blocks: {replayed}")
     edit_in_place(path, chunk.start, chunk.stop)
     return chunk
 
