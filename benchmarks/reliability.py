@@ -36,9 +36,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # benchmarks.faults, from a source checkout
 
+from benchmarks.common import write_result  # noqa: E402
 from benchmarks.faults import CASES, Outcome, earlier, issue22  # noqa: E402, F401  (they register cases)
 
-RESULTS = os.path.join(ROOT, "benchmarks", "results", "reliability.md")
 ENV = dict(
     AWS_ACCESS_KEY_ID="testing",
     AWS_SECRET_ACCESS_KEY="testing",
@@ -190,10 +190,8 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     if args.only:
         return None  # a part of the cases: the results file keeps the whole table
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as f:
-        f.write(markdown(rows))
-    print(f"wrote {os.path.relpath(RESULTS, ROOT)}")
+    path = write_result("reliability.md", markdown(rows), echo=False)
+    print(f"wrote {os.path.relpath(path, ROOT)}")
     return None
 
 
