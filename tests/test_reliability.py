@@ -516,20 +516,9 @@ def test_the_files_of_a_large_dataset_stay_small_in_the_fingerprint_and_name_a_g
 
 
 def test_a_cache_entry_copied_over_another_key_is_fetched_again(tmp_path):
-    import shutil
+    from support.damage import cache_with_a_copied_entry
 
-    from zephon.io.cache import BlockCache
-
-    data = bytes(range(256)) * 64  # 16 KiB: four blocks of 4 KiB
-    cache, fetched = BlockCache(str(tmp_path), 1 << 20, 4096), []
-
-    def fetch(a, b):
-        fetched.append((a, b))
-        return data[a:b]
-
-    cache.read("u", len(data), "v1", 0, 8192, fetch)
-    shutil.copyfile(cache._path("u", len(data), "v1", 1), cache._path("u", len(data), "v1", 0))
-    fetched.clear()
+    cache, data, fetch, fetched = cache_with_a_copied_entry(str(tmp_path))
     assert cache.read("u", len(data), "v1", 0, 4096, fetch) == data[:4096]
     assert fetched == [(0, 4096)] and cache.damaged == 1
 

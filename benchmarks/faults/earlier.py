@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -194,18 +193,9 @@ def merge_steps(tmp, gpt2):
 
 @case("6-cache-entry-copied")
 def cache_entry_copied(tmp, gpt2):
-    from zephon.io.cache import BlockCache
+    from support.damage import cache_with_a_copied_entry
 
-    data = bytes(range(256)) * 64  # four blocks of 4 KiB
-    cache, fetched = BlockCache(os.path.join(tmp, "cache"), 1 << 20, 4096), []
-
-    def fetch(a, b):
-        fetched.append((a, b))
-        return data[a:b]
-
-    cache.read("u", len(data), "v1", 0, 8192, fetch)
-    shutil.copyfile(cache._path("u", len(data), "v1", 1), cache._path("u", len(data), "v1", 0))
-    fetched.clear()
+    cache, data, fetch, fetched = cache_with_a_copied_entry(os.path.join(tmp, "cache"))
     got = []
     error, seconds = timed(lambda: got.append(cache.read("u", len(data), "v1", 0, 4096, fetch)))
     again = fetched == [(0, 4096)] and got == [data[:4096]]

@@ -10,7 +10,6 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
 
 from support.corpora import rank_pipeline, write_corpus
@@ -58,46 +57,18 @@ def unheld_pipeline_gc(tmp, gpt2):
 
 @case("22.1b-dropped-runs-churn", timeout=600)
 def dropped_runs_churn(tmp, gpt2):
+    from support.lifecycle import churn_runs
+
     folder, notes, seconds = write_corpus(os.path.join(tmp, "corpus")), [], 0.0
-    old = gc.get_threshold()
-    gc.set_threshold(50, 1, 1)  # the collector runs inside submissions, planning and lane threads
-    try:
-        for runner, rounds in (("thread", 12), ("process", 4)):
-            stuck, errors, took = _churn(folder, gpt2, runner, rounds)
-            seconds += took
-            notes.append(f"{runner}: 3 threads x {rounds} runs in {took:.1f} s, stuck {stuck}")
-            if errors:
-                return errors[0], seconds, "; ".join(notes)
-    finally:
-        gc.set_threshold(*old)
+    for runner, rounds in (("thread", 12), ("process", 4)):
+        stuck, errors, took = churn_runs(
+            lambda seed, runner=runner: rank_pipeline(folder, gpt2, 1, 0, runner=runner, seed=seed), rounds
+        )
+        seconds += took
+        notes.append(f"{runner}: 3 threads x {rounds} runs in {took:.1f} s, stuck {stuck}")
+        if errors:
+            return errors[0], seconds, "; ".join(notes)
     return None, seconds, "runs dropped mid-iteration while others plan and iterate: " + "; ".join(notes)
-
-
-def _churn(folder: str, gpt2: str, runner: str, rounds: int, bound: float = 200) -> tuple:
-    """Three threads, each making ``rounds`` runs and dropping them mid-iteration: (the threads
-    still running after ``bound`` seconds, the errors, the seconds)."""
-    errors: list[BaseException] = []
-
-    def churn(seed: int) -> None:
-        try:
-            for i in range(rounds):
-                pipeline = rank_pipeline(folder, gpt2, 1, 0, runner=runner, seed=seed * 100 + i)
-                iterator = iter(pipeline)
-                for _ in range(3 + i % 4):
-                    next(iterator)
-                del pipeline, iterator  # dropped with its background work running
-                if i % 3 == 0:
-                    gc.collect()
-        except BaseException as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=churn, args=(s,), daemon=True) for s in range(3)]
-    start = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=max(0.0, bound - (time.monotonic() - start)))
-    return [t.name for t in threads if t.is_alive()], errors, time.monotonic() - start
 
 
 # -- 2, 3: bytes that change ----------------------------------------------------------------------

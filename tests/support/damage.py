@@ -100,3 +100,25 @@ def declared_size(data: bytes, member: tarfile.TarInfo, size: int) -> bytes:
     info = tarfile.TarInfo(member.name)
     info.size, info.mtime = size, 0
     return data[: member.offset] + info.tobuf(tarfile.USTAR_FORMAT) + data[member.offset_data :]
+
+
+def cache_with_a_copied_entry(folder: str):
+    """A block cache of 4 KiB blocks in ``folder`` holding the first two blocks of 16 KiB of data,
+    its entry of block 0 overwritten by a copy of block 1's (a valid entry under another key):
+    (the cache, the data, a ``fetch(a, b)`` of the data that records each range in ``fetched``,
+    ``fetched``, empty)."""
+    import shutil
+
+    from zephon.io.cache import BlockCache
+
+    data = bytes(range(256)) * 64
+    cache, fetched = BlockCache(folder, 1 << 20, 4096), []
+
+    def fetch(a: int, b: int) -> bytes:
+        fetched.append((a, b))
+        return data[a:b]
+
+    cache.read("u", len(data), "v1", 0, 8192, fetch)
+    shutil.copyfile(cache._path("u", len(data), "v1", 1), cache._path("u", len(data), "v1", 0))
+    fetched.clear()
+    return cache, data, fetch, fetched
