@@ -20,16 +20,18 @@ import argparse
 import logging
 import os
 import platform
+import sys
 import tempfile
 import time
 
-from zephon import Dataset, MixtureWorkSource, Pipeline
-from zephon.io import load_tokenizer
-from zephon.testing import gpt2_tokenizer_dir
-from zephon.testing.data import real_text_corpora
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # benchmarks.common, from a source checkout
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MIXTURE = {"verses": 0.4, "chapters": 0.35, "code": 0.25}
+from benchmarks.common import MIXTURE, write_result  # noqa: E402
+from zephon import Dataset, MixtureWorkSource, Pipeline  # noqa: E402
+from zephon.io import load_tokenizer  # noqa: E402
+from zephon.testing import gpt2_tokenizer_dir  # noqa: E402
+from zephon.testing.data import real_text_corpora  # noqa: E402
 
 
 def build(source, tokenizer: str, algorithm: str) -> Pipeline:
@@ -105,10 +107,7 @@ def main() -> None:
         "its last microbatch, weighs a few percent there. Best-fit rows end in padding by nature",
         "(whole documents), but no row before a lane's end is empty.",
     ]
-    text = "\n".join(lines) + "\n"
-    with open(os.path.join(HERE, "results", "padding.txt"), "w") as f:
-        f.write(text)
-    print(text)
+    write_result("padding.txt", lines)
 
 
 if __name__ == "__main__":

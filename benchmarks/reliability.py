@@ -1,17 +1,20 @@
-"""Failure cases of the reliability issue, reproduced one by one on real processes.
+"""Failure cases of the reliability issues, reproduced one by one on real processes.
 
 For each case it prints the case's name, the exception now given (type, and the message's first
 300 characters with temporary paths shortened to their basenames) and the time to fail: wall
-seconds from starting the operation to the error. The same table goes to
-``benchmarks/results/reliability.md``.
+seconds from starting the operation to the error; and a note of what else the case measured.
+The same tables go to ``benchmarks/results/reliability.md``: issue 22's cases (22.N, with its
+three probes 22.12-22.14) and the first reliability issue's.
 
 Every case runs in a fresh process (this script with ``--case NAME``) under a timeout, so that
-one hang cannot stop the others; a case that cannot be reproduced says why in its row. The
-setups copy the tests' (tests/test_reliability.py, test_remote.py, test_cache.py): the GPT-2
-tokenizer, small synthetic files, moto's S3 and a plain HTTP server on 127.0.0.1.
+one hang cannot stop the others; a case that cannot be reproduced says why in its row. The cases
+live in ``benchmarks/faults/``; their material is the tests' own (``tests/support``: the fake S3
+and HTTP stores, the corpus, files edited in place, cut-off tars, EXIF JPEGs, hostile texts, the
+scripts run in processes of their own; ``zephon.testing``: the GPT-2 tokenizer, synthetic data).
 
-    python benchmarks/reliability.py                 # every case (a few minutes)
-    python benchmarks/reliability.py --only 5a-delivered-huge 18-s3-503-forever
+    python benchmarks/reliability.py                 # every case (ten minutes or so on 2 CPUs)
+    python benchmarks/reliability.py --only 22.2-local-edit-in-place 18-s3-503-forever
+    python benchmarks/reliability.py --list
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import json
 import os
 import platform
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -32,8 +34,11 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))  # the tests' fake stores and failing functions (support/)
-RESULTS = os.path.join(ROOT, "benchmarks", "results", "reliability.md")
+sys.path.insert(0, ROOT)  # benchmarks.faults, from a source checkout
+
+from benchmarks.common import write_result  # noqa: E402
+from benchmarks.faults import CASES, Outcome, earlier, issue22  # noqa: E402, F401  (they register cases)
+
 ENV = dict(
     AWS_ACCESS_KEY_ID="testing",
     AWS_SECRET_ACCESS_KEY="testing",
@@ -42,559 +47,16 @@ ENV = dict(
     HF_HUB_DISABLE_TELEMETRY="1",
     TOKENIZERS_PARALLELISM="false",
 )
-TIMEOUT = 120  # seconds per case (the 300 MB line gets more)
-CASES = {}
 
 
-def case(name: str, timeout: float = TIMEOUT, drop_root: bool = False):
-    def register(fn):
-        CASES[name] = (fn, timeout, drop_root)
-        return fn
-
-    return register
-
-
-# -- shared material --------------------------------------------------------------------------------
-
-
-class Outcome(Exception):
-    """Raised by a case that ends without the error it looks for (or on purpose without one)."""
-
-
-def timed(fn) -> tuple[BaseException | None, float]:
-    start = time.monotonic()
-    try:
-        fn()
-    except Exception as e:  # the error a case is about
-        return e, time.monotonic() - start
-    return None, time.monotonic() - start
-
-
-def lines(n: int = 3000) -> list[str]:
-    """Same-length JSON lines, so that a reordered copy has the same size."""
-    return [json.dumps({"text": f"document number {i:05d} " * 8}) for i in range(n)]
-
-
-def write_lines(path: str, rows: list[str], mtime: float | None = None) -> str:
-    with open(path, "w") as f:
-        f.write("\n".join(rows) + "\n")
-    if mtime is not None:
-        os.utime(path, (mtime, mtime))
-    return path
-
-
-def tokens(ds, gpt2: str, length: int = 32, rows: int = 2, **options):
-    from zephon import Pipeline
-
-    return Pipeline(ds).options(**options).tokenize(gpt2).pack_flat(length).batch(rows)
-
-
-def iterate_until_error(iterator) -> None:
-    n = 0
-    for n, _ in enumerate(iterator, 1):
-        if n == 10**5:
-            break
-    raise Outcome(f"no error in the {n} batches that followed")
-
-
-def corpus(tmp: str) -> str:
-    """The tests' corpus: 3 JSON lines shards of 500 synthetic documents each."""
-    from zephon.testing import synthetic_documents, write_jsonl
-
-    folder = os.path.join(tmp, "corpus")
-    os.makedirs(folder, exist_ok=True)
-    docs = synthetic_documents(1500, seed=7)
-    for i in range(3):
-        write_jsonl(os.path.join(folder, f"part-{i}.jsonl"), docs[i * 500 : (i + 1) * 500])
-    return folder
-
-
-def make_rank(folder: str, gpt2: str, world: int, rank: int):
-    """tests/conftest.py's make_rank: 8 lanes, windows of 8 rows."""
-    from zephon import Dataset, Pipeline
-
-    ds = Dataset.from_path("synthetic", folder, exhausted="repeat")
-    return (
-        Pipeline(ds)
-        .options(dp_rank=rank, dp_world_size=world, num_lanes=8, chunk_bytes=2048, runner="thread")
-        .tokenize(gpt2, parallelism=2)
-        .pack_flat(max_length=64)
-        .shuffle(buffer_size=8, seed=5)
-        .batch(microbatch_size=2)
-    )
-
-
-def moto(tmp: str):
-    """moto's S3 with bucket ``corpus``: (server, client, storage_options)."""
-    import boto3
-    from support.fakes3 import CountingMotoServer
-
-    server = CountingMotoServer(port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-    client.create_bucket(Bucket="corpus")
-    storage = {
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-        "skip_instance_cache": True,
-    }
-    return server, client, storage
-
-
-def reversed_lines(data: bytes) -> bytes:
-    return b"".join(reversed(data.splitlines(keepends=True)))
-
-
-def live_workers() -> list:
-    """This process's live worker processes: its children's children (tests' _workers)."""
-    import psutil
-
-    live = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and p.ppid() != os.getpid():
-                live.append(p)
-        except psutil.Error:
-            pass
-    return live
-
-
-# -- 1-3: remote files that change ---------------------------------------------------------------
-
-
-def _s3_replace(tmp: str, gpt2: str, io_options: dict) -> tuple:
-    from zephon import Dataset
-
-    _server, client, storage = moto(tmp)
-    original = ("\n".join(lines()) + "\n").encode()
-    client.put_object(Bucket="corpus", Key="d.jsonl", Body=original)
-    ds = Dataset.from_path("s3", "s3://corpus/d.jsonl", storage_options=storage)
-    pipeline = tokens(ds, gpt2, num_lanes=2, chunk_bytes=8192, io_options=io_options)
-    iterator = iter(pipeline)
-    for _ in range(5):
-        next(iterator)
-    client.put_object(Bucket="corpus", Key="d.jsonl", Body=reversed_lines(original))
-    error, seconds = timed(lambda: iterate_until_error(iterator))
-    pipeline.close()
-    return error, seconds, client, storage, original
-
-
-@case("1-s3-same-size-replace")
-def s3_same_size_replace(tmp, gpt2):
-    error, seconds, *_ = _s3_replace(tmp, gpt2, {})
-    return error, seconds, "timed from the put_object (after 5 batches) to the error"
-
-
-@case("2-s3-replace-with-cache")
-def s3_replace_with_cache(tmp, gpt2):
-    from zephon import Dataset
-    from zephon.io import IOConfig
-
-    options = {"cache": {"enabled": True, "dir": os.path.join(tmp, "cache"), "block_size": 1 << 12}}
-    error, seconds, client, storage, original = _s3_replace(tmp, gpt2, options)
-    client.put_object(Bucket="corpus", Key="d.jsonl", Body=original)
-    config = IOConfig.parse(options)
-    again = Dataset.from_path("s3", "s3://corpus/d.jsonl", storage_options=storage)
-    table = again.chunks(1, chunk_size=300, chunk_bytes=1 << 16, io=config)
-    records = [r for i in range(len(table)) for r in again.read(table.chunk(0, i), config)]
-    spared = records == [json.loads(x) for x in original.splitlines()]
-    return error, seconds, f"original put back, fresh pass through the cache: cache spared: {spared}"
-
-
-@case("3-http-no-etag-update")
-def http_no_etag_update(tmp, gpt2):
-    import urllib.request
-
-    from support.fakehttp import FileServer
-
-    from zephon import Dataset
-
-    www = os.path.join(tmp, "www")
-    os.makedirs(www)
-    rows = lines()
-    path = write_lines(os.path.join(www, "d.jsonl"), rows, 1_700_000_000)
-    server = FileServer(www).start()
-    url = server.url + "/d.jsonl"
-
-    def make():
-        ds = Dataset.from_path("web", url, exhausted="repeat")
-        return tokens(ds, gpt2, num_lanes=2, chunk_bytes=8192)
-
-    state = _state_after(make(), 10)
-    write_lines(path, rows[::-1], 1_700_000_100)  # same size, a later date
-    headers = urllib.request.urlopen(urllib.request.Request(url, method="HEAD")).headers
-    error, seconds = timed(lambda: make().load_state_dict(state))
-    server.stop()
-    note = f"server sends ETag: {headers.get('ETag')}, Last-Modified: {headers.get('Last-Modified')}"
-    return error, seconds, note + "; timed: new pipeline + load_state_dict"
-
-
-# -- 4, 17: local files that change between save and restore -------------------------------------
-
-
-@case("4-local-reordered-restore")
-def local_reordered_restore(tmp, gpt2):
-    from zephon import Dataset
-
-    rows = lines()
-    path = write_lines(os.path.join(tmp, "d.jsonl"), rows)
-
-    def make():
-        return tokens(Dataset.from_path("d", path, exhausted="repeat"), gpt2, num_lanes=2)
-
-    state = _state_after(make(), 10)
-    size = os.path.getsize(path)
-    write_lines(path, rows[::-1])
-    assert os.path.getsize(path) == size
-    error, seconds = timed(lambda: make().load_state_dict(state))
-    return error, seconds, "timed: new pipeline + load_state_dict"
-
-
-def _state_after(pipeline, batches: int) -> dict:
-    from zephon.testing import take
-
-    take(pipeline, batches)
-    state = pipeline.state_dict()
-    pipeline.close()
-    return state
-
-
-@case("17-restore-changed-file-named")
-def restore_changed_file_named(tmp, gpt2):
-    from zephon import Dataset
-
-    folder = os.path.join(tmp, "parts")
-    os.makedirs(folder)
-    parts = [[json.dumps({"text": f"part {p} document {i:05d} " * 4}) for i in range(800)] for p in range(3)]
-    for p, rows in enumerate(parts):
-        write_lines(os.path.join(folder, f"part-{p}.jsonl"), rows)
-
-    def make():
-        return tokens(Dataset.from_path("d", folder, exhausted="repeat"), gpt2, num_lanes=2)
-
-    state = _state_after(make(), 10)
-    write_lines(os.path.join(folder, "part-1.jsonl"), parts[1][::-1])  # same size
-    error, seconds = timed(lambda: make().load_state_dict(state))
-    named = error is not None and "part-1" in str(error) and "part-0" not in str(error)
-    return error, seconds, f"names part-1 only: {named}"
-
-
-# -- 5: impossible states -------------------------------------------------------------------------
-
-
-def _impossible(tmp, gpt2, change):
-    folder = corpus(tmp)
-    state = json.loads(json.dumps(_state_after(make_rank(folder, gpt2, 1, 0), 12)))
-    change(state)
-    return (*timed(lambda: make_rank(folder, gpt2, 1, 0).load_state_dict(state)), "state after 12 batches")
-
-
-@case("5a-delivered-huge")
-def delivered_huge(tmp, gpt2):
-    return _impossible(tmp, gpt2, lambda s: s["lanes"]["0"].update(delivered=10**6))
-
-
-@case("5b-window-huge")
-def window_huge(tmp, gpt2):
-    return _impossible(tmp, gpt2, lambda s: s["lanes"]["0"].update(window=10**15))
-
-
-@case("5d-extra-lane")
-def extra_lane(tmp, gpt2):
-    return _impossible(tmp, gpt2, lambda s: s["lanes"].update({"9": s["lanes"]["0"]}))
-
-
-@case("5c-merge-steps-20-30")
-def merge_steps(tmp, gpt2):
-    from zephon import merge_states
-
-    folder = corpus(tmp)
-    states = [
-        _state_after(make_rank(folder, gpt2, 2, 0), 20),
-        _state_after(make_rank(folder, gpt2, 2, 1), 30),
-    ]
-    error, seconds = timed(lambda: merge_states(states))
-    return error, seconds, "ranks 0 and 1 of 2, saved after 20 and 30 batches"
-
-
-# -- 6, 15: the cache ------------------------------------------------------------------------------
-
-
-@case("6-cache-entry-copied")
-def cache_entry_copied(tmp, gpt2):
-    from zephon.io.cache import BlockCache
-
-    data = bytes(range(256)) * 64  # four blocks of 4 KiB
-    cache, fetched = BlockCache(os.path.join(tmp, "cache"), 1 << 20, 4096), []
-
-    def fetch(a, b):
-        fetched.append((a, b))
-        return data[a:b]
-
-    cache.read("u", len(data), "v1", 0, 8192, fetch)
-    shutil.copyfile(cache._path("u", len(data), "v1", 1), cache._path("u", len(data), "v1", 0))
-    fetched.clear()
-    got = []
-    error, seconds = timed(lambda: got.append(cache.read("u", len(data), "v1", 0, 4096, fetch)))
-    again = fetched == [(0, 4096)] and got == [data[:4096]]
-    return error, seconds, f"fetched again: {again} (damaged={cache.damaged}); no error is the intent"
-
-
-@case("15-readonly-cache", drop_root=True)
-def readonly_cache(tmp, gpt2):
-    from support.fakehttp import FileServer
-
-    from zephon import Dataset
-    from zephon.testing import drain
-
-    www, folder = os.path.join(tmp, "www"), os.path.join(tmp, "readonly-cache")
-    os.makedirs(www)
-    os.makedirs(folder)
-    write_lines(os.path.join(www, "d.jsonl"), lines())
-    os.chmod(folder, 0o555)
-    writable = os.access(folder, os.W_OK)
-    server = FileServer(www).start()
-    ds = Dataset.from_path("web", server.url + "/d.jsonl")
-    options = {"cache": {"enabled": True, "dir": folder}}
-    pipeline = tokens(ds, gpt2, num_lanes=2, chunk_bytes=8192, io_options=options)
-    error, seconds = timed(lambda: drain(pipeline, 10**6))
-    server.stop()
-    os.chmod(folder, 0o755)
-    how = "root without CAP_DAC_OVERRIDE (setpriv)" if os.geteuid() == 0 else "a normal user"
-    return error, seconds, f"HTTP source, cache dir mode 0555, run as {how}; writable anyway: {writable}"
-
-
-# -- 7, 14, 19: bad data -------------------------------------------------------------------------
-
-
-@case("7-one-300MB-line", timeout=300)
-def one_300mb_line(tmp, gpt2):
-    from zephon import Dataset, Pipeline
-    from zephon.testing import drain
-
-    path = os.path.join(tmp, "huge.jsonl")
-    with open(path, "w") as f:  # written in pieces, so the writing adds nothing to the peak
-        f.write('{"text": "')
-        for _ in range(300):
-            f.write("word " * 200_000)  # 1 MB
-        f.write('"}\n')
-        for i in range(100):
-            f.write(json.dumps({"text": f"line {i}"}) + "\n")
-    size = os.path.getsize(path)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    pipeline = (
-        Pipeline(Dataset.from_path("d", path)).options(runner="inline").tokenize(gpt2).pack_flat(8).batch(1)
-    )
-    error, seconds = timed(lambda: drain(pipeline, 10**6))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return (
-        error,
-        seconds,
-        f"file {size / 1e6:.0f} MB; peak RSS {peak / 1024:.0f} MiB (before the run {before / 1024:.0f} MiB)",
-    )
-
-
-@case("14-deep-json")
-def deep_json(tmp, gpt2):
-    from zephon import Dataset, Pipeline
-    from zephon.testing import drain
-
-    path = os.path.join(tmp, "deep.jsonl")
-    with open(path, "w") as f:
-        f.write('{"text": "fine"}\n' + '{"a": ' * 100_000 + "1" + "}" * 100_000 + "\n")
-    pipeline = Pipeline(Dataset.from_path("d", path)).tokenize(gpt2).pack_flat(8).batch(1)
-    return (*timed(lambda: drain(pipeline, 10)), "line 2 nested 100,000 deep")
-
-
-def _bad_data(gpt2, path, **options):
-    from zephon import Dataset
-    from zephon.testing import drain
-
-    pipeline = tokens(Dataset.from_path("d", path), gpt2, length=8, rows=1, **options)
-    return timed(lambda: drain(pipeline, 10**6))
-
-
-@case("19a-missing-field")
-def missing_field(tmp, gpt2):
-    from zephon.testing import write_jsonl
-
-    records = [{"text": f"line {i}"} for i in range(500)]
-    records[321] = {"body": "no text here"}
-    path = write_jsonl(os.path.join(tmp, "d.jsonl"), records)
-    return (*_bad_data(gpt2, path, chunk_bytes=1024), "line 322 has 'body', no 'text'")
-
-
-@case("19b-non-string-field")
-def non_string_field(tmp, gpt2):
-    from zephon.testing import write_parquet
-
-    records = [{"text": f"row {i}"} for i in range(300)]
-    records[200] = {"text": None}
-    path = write_parquet(os.path.join(tmp, "d.parquet"), records, row_group_size=64)
-    return (*_bad_data(gpt2, path, chunk_size=50), "Parquet row 200: text is null")
-
-
-@case("19c-wrong-parquet-column")
-def wrong_parquet_column(tmp, gpt2):
-    from zephon.testing import write_parquet
-
-    records = [{"content": f"row {i}"} for i in range(300)]
-    path = write_parquet(os.path.join(tmp, "d.parquet"), records, row_group_size=64)
-    return (*_bad_data(gpt2, path, chunk_size=50), "Parquet column 'content'; tokenize(field='text')")
-
-
-@case("19d-truncated-jsonl-gz")
-def truncated_gzip(tmp, gpt2):
-    import gzip
-
-    data = "".join(json.dumps({"text": f"row {i} " * 20}) + "\n" for i in range(3000)).encode()
-    packed = gzip.compress(data)
-    path = os.path.join(tmp, "t.jsonl.gz")
-    with open(path, "wb") as f:
-        f.write(packed[: len(packed) // 2])
-    options = {"cache": {"dir": os.path.join(tmp, "cache")}}
-    return (*_bad_data(gpt2, path, num_lanes=2, io_options=options), "first half of the gzip stream")
-
-
-# -- 8, 16: settings -------------------------------------------------------------------------------
-
-
-@case("8-num-lanes-1e9+1")
-def num_lanes_billion(tmp, gpt2):
-    from zephon import Dataset, Pipeline
-
-    path = write_lines(os.path.join(tmp, "d.jsonl"), lines(100))
-    pipeline = Pipeline(Dataset.from_path("d", path))
-    return (*timed(lambda: pipeline.options(num_lanes=1_000_000_001)), "Pipeline(...).options(...)")
-
-
-@case("16a-local-batch-0")
-def local_batch_zero(tmp, gpt2):
-    from zephon.torchtitan.checks import check_batch_geometry
-
-    def check():
-        check_batch_geometry(num_lanes=8, dp_world_size=1, local_batch_size=0, global_batch_size=16)
-
-    return (*timed(check), "check_batch_geometry")
-
-
-@case("16b-num-lanes-1e20")
-def num_lanes_huge(tmp, gpt2):
-    from zephon import Options
-
-    return (*timed(lambda: Options(num_lanes=10**20)), "Options(num_lanes=10**20)")
-
-
-@case("16c-binary-recipe")
-def binary_recipe(tmp, gpt2):
-    from zephon.torchtitan.recipe import load_recipe
-
-    path = os.path.join(tmp, "model.bin")
-    with open(path, "wb") as f:
-        f.write(bytes(range(256)) * 4)
-    return (*timed(lambda: load_recipe(path)), "load_recipe of 1 KiB of binary")
-
-
-# -- 9, 10, 13: worker processes -----------------------------------------------------------------
-
-
-@case("9-sigstop-worker")
-def sigstop_worker(tmp, gpt2):
-    from zephon import Dataset, Pipeline
-    from zephon.testing import write_jsonl
-
-    path = write_jsonl(os.path.join(tmp, "d.jsonl"), [{"text": f"document {i} " * 40} for i in range(4000)])
-    ds = Dataset.from_path("d", path, exhausted="repeat")
-    pipeline = Pipeline(ds).options(runner="process", worker_timeout=2, chunk_bytes=8 << 10)
-    pipeline = pipeline.tokenize(gpt2, parallelism=1).pack_flat(64).batch(1)
-    iterator = iter(pipeline)
-    next(iterator)
-    workers = live_workers()
-    if not workers:
-        raise Outcome("no worker process found to stop")
-    workers[0].send_signal(signal.SIGSTOP)
-    try:
-        error, seconds = timed(lambda: iterate_until_error(iterator))
-    finally:
-        workers[0].send_signal(signal.SIGCONT)
-        pipeline.close()
-    return error, seconds, f"worker_timeout=2; stopped 1 of {len(workers)} workers; timed from the SIGSTOP"
-
-
-@case("10-parent-killed")
-def parent_killed(tmp, gpt2):
-    import psutil
-    from support.functions import ORPHAN_SCRIPT
-
-    def alive(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
-
-    child = subprocess.Popen(
-        [sys.executable, "-c", ORPHAN_SCRIPT, corpus(tmp), gpt2], stdout=subprocess.PIPE, text=True
-    )
-    pids = [int(p) for p in child.stdout.readline().split()]
-    if not pids:
-        raise Outcome(f"the pipeline process started no other process (exit {child.poll()})")
-    child.send_signal(signal.SIGKILL)
-    start = time.monotonic()
-    child.wait(timeout=30)
-    while time.monotonic() - start < 30 and any(alive(p) for p in pids):
-        time.sleep(0.05)
-    seconds, left = time.monotonic() - start, [p for p in pids if alive(p)]
-    for pid in left:  # started (indirectly) by this case: end them
-        os.kill(pid, signal.SIGKILL)
-    note = f"{len(pids)} processes (fork server, resource tracker, workers); left after 30 s: {left}"
-    return None, seconds, note + "; timed from the SIGKILL until all are gone"
-
-
-@case("13-unpicklable-worker-error")
-def unpicklable_worker_error(tmp, gpt2):
-    from support.functions import raises_two_argument_error
-
-    from zephon import Dataset, Pipeline
-    from zephon.testing import drain
-
-    ds = Dataset.from_path("synthetic", corpus(tmp))
-    pipeline = Pipeline(ds).options(runner="process").map(raises_two_argument_error).tokenize(gpt2)
-    return (*timed(lambda: drain(pipeline.pack_flat(16).batch(1), 1)), "process runner")
-
-
-# -- 18: a store that is down ----------------------------------------------------------------------
-
-
-@case("18-s3-503-forever")
-def s3_503_forever(tmp, gpt2):
-    from support.fakehttp import s3_answering_503
-
-    from zephon import Dataset
-    from zephon.io import IOConfig
-    from zephon.io.chunks import Shard
-
-    server, storage = s3_answering_503(tmp)
-    config = IOConfig.parse({"retries": {"attempts": 100, "backoff": 0.2, "max_wait": 1.0, "budget": 3.0}})
-    error, seconds = timed(
-        lambda: Dataset.from_path("s3", "s3://corpus/a.jsonl", storage_options=storage).shards(config)
-    )
-    opener = Dataset.from_path("s3", "s3://x/b.jsonl", storage_options=storage).opener(config)
-    reading, read_seconds = timed(lambda: opener.open(Shard("s3://corpus/b.jsonl", 100, "etag")).read(10))
-    server.stop()
-    note = f"budget 3 s; listing timed; reading a range: {type(reading).__name__} after {read_seconds:.1f} s"
-    return error, seconds, note + f"; {server.requests} requests in all"
-
-
-# -- running the cases -----------------------------------------------------------------------------
-
-
-def shorten(text: str, tmp: str) -> str:
-    """Temporary paths as their basenames, on one line, first 300 characters."""
+def shorten(text: str, tmp: str, limit: int = 300) -> str:
+    """Temporary paths as their basenames, the repository's relative, on one line, first
+    ``limit`` characters."""
+    root = os.path.dirname(tmp)  # the cases' folders and the tokenizer's
     text = re.sub(
-        re.escape(tmp) + r"[^\s'\",:;)\]]*", lambda m: os.path.basename(m.group(0).rstrip("/")), text
+        re.escape(root) + r"[^\s'\",:;)\]]*", lambda m: os.path.basename(m.group(0).rstrip("/")), text
     )
-    return " ".join(text.split())[:300]
+    return " ".join(text.replace(ROOT + os.sep, "").split())[:limit]
 
 
 def run_case(name: str, tmp: str, gpt2: str) -> None:
@@ -609,13 +71,15 @@ def run_case(name: str, tmp: str, gpt2: str) -> None:
     if error is None:
         kind, message = "(no error)", ""
     else:
-        kind = type(error).__module__.replace("builtins", "") + "." + type(error).__qualname__
+        kind = getattr(error, "kind", None) or (
+            type(error).__module__.replace("builtins", "") + "." + type(error).__qualname__
+        )
         message = " ".join([str(error), *getattr(error, "__notes__", [])])
     row = {
         "exception": kind.lstrip("."),
         "message": shorten(message, tmp),
         "seconds": seconds,
-        "note": shorten(note, tmp),
+        "note": shorten(note, tmp, limit=600),
     }
     print("RESULT " + json.dumps(row), flush=True)
 
@@ -656,9 +120,6 @@ def spawn(name: str, root: str, gpt2: str) -> dict:
 
 
 def markdown(rows: list[tuple[str, dict]]) -> str:
-    def cell(text) -> str:
-        return str(text).replace("|", "\\|").replace("\n", " ")
-
     out = [
         "# Reliability: the errors zephon gives now, and the time to give them",
         "",
@@ -668,22 +129,33 @@ def markdown(rows: list[tuple[str, dict]]) -> str:
         "- command: `python benchmarks/reliability.py`",
         "",
         "Time to fail: wall seconds from starting the operation to the error (each case in a fresh "
-        "process; messages cut to 300 characters, temporary paths cut to their basenames).",
-        "",
-        "| case | exception | message | time to fail (s) | note |",
-        "|---|---|---|---|---|",
+        "process; messages cut to 300 characters, temporary paths cut to their basenames). An exception "
+        "`exit N` is a process's exit status, its message the last line the process wrote.",
     ]
+    for title, part in (("Issue 22", True), ("The first reliability issue", False)):
+        chosen = [(name, r) for name, r in rows if name.startswith("22.") == part]
+        if chosen:
+            out += ["", f"## {title}", "", *_table(chosen)]
+    return "\n".join(out) + "\n"
+
+
+def _table(rows: list[tuple[str, dict]]) -> list[str]:
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    out = ["| case | exception | message | time to fail (s) | note |", "|---|---|---|---|---|"]
     for name, r in rows:
         seconds = "" if r["seconds"] is None else f"{r['seconds']:.3f}"
         out.append(
             f"| {name} | {cell(r['exception'])} | {cell(r['message'])} | {seconds} | {cell(r['note'])} |"
         )
-    return "\n".join(out) + "\n"
+    return out
 
 
-def order(name: str) -> tuple[int, str]:
-    number, letter = re.match(r"(\d+)([a-z]?)", name).groups()
-    return int(number), letter
+def order(name: str) -> tuple[int, int, str]:
+    """Issue 22's cases first, each issue's by number then letter."""
+    issue, number, letter = re.match(r"(22\.)?(\d+)([a-z]?)", name).groups()
+    return (0 if issue else 1), int(number), letter
 
 
 def main() -> None:
@@ -691,10 +163,17 @@ def main() -> None:
     parser.add_argument("--case", help="run one case in this process (used by the script itself)")
     parser.add_argument("--tmp", help="the case's temporary folder")
     parser.add_argument("--gpt2", help="the GPT-2 tokenizer folder")
-    parser.add_argument("--only", nargs="*", help="run only these cases")
+    parser.add_argument("--only", nargs="*", help="run only these cases (the results file is not written)")
+    parser.add_argument("--list", action="store_true", help="list the cases")
     args = parser.parse_args()
     if args.case:
         return run_case(args.case, args.tmp, args.gpt2)
+    if args.list:
+        print("\n".join(sorted(CASES, key=order)))
+        return None
+    unknown = [name for name in args.only or [] if name not in CASES]
+    if unknown:
+        parser.error(f"no such case(s) {unknown}: --list lists them")
     from zephon.testing import gpt2_tokenizer_dir
 
     root = tempfile.mkdtemp(prefix="zephon-reliability-")
@@ -709,10 +188,11 @@ def main() -> None:
             print(f"{name}: {row['exception']}: {row['message']} [{seconds}] {row['note']}", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as f:
-        f.write(markdown(rows))
-    print(f"wrote {os.path.relpath(RESULTS, ROOT)}")
+    if args.only:
+        return None  # a part of the cases: the results file keeps the whole table
+    path = write_result("reliability.md", markdown(rows), echo=False)
+    print(f"wrote {os.path.relpath(path, ROOT)}")
+    return None
 
 
 if __name__ == "__main__":

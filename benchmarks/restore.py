@@ -20,15 +20,18 @@ import logging
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 
-from zephon import Dataset, MixtureWorkSource, Pipeline
-from zephon.testing import gpt2_tokenizer_dir, take
-from zephon.testing.data import real_text_corpora
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # benchmarks.common, from a source checkout
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MIXTURE = {"verses": 0.4, "chapters": 0.35, "code": 0.25}
+from benchmarks.common import MIXTURE, write_result  # noqa: E402
+from zephon import Dataset, MixtureWorkSource, Pipeline  # noqa: E402
+from zephon.testing import gpt2_tokenizer_dir, take  # noqa: E402
+from zephon.testing.data import real_text_corpora  # noqa: E402
+
 SHUFFLE, MICROBATCH = 64, 8
 
 
@@ -76,7 +79,7 @@ def main() -> None:
         tokenizer = gpt2_tokenizer_dir(os.path.join(tmp, "gpt2"))
         for lanes in (8, 64):
             pipeline = build(paths, tokenizer, lanes)
-            ops, window = pipeline.spec().lane_ops(), 0
+            ops, window = pipeline.lane_ops(), 0
             ramp = 0  # batches of the windows before the first full-size one
             while ops.rows_in(window) < ops.window_rows:
                 ramp, window = ramp + ops.rows_in(window) // MICROBATCH, window + 1
@@ -94,10 +97,7 @@ def main() -> None:
                 f, r = statistics.median(fresh), statistics.median(restored)
                 lines.append(f"{lanes:>5}  {name:>10}  {f:>10.2f}s  {r:>7.2f}s  {r / f:>13.2f}  {size:>16}")
                 print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    with open(os.path.join(HERE, "results", "restore.txt"), "w") as f:
-        f.write(text)
-    print(text)
+    write_result("restore.txt", lines)
 
 
 if __name__ == "__main__":

@@ -23,17 +23,21 @@ import itertools
 import logging
 import os
 import platform
+import sys
 import tempfile
 import time
 
 import numpy as np
 
-from zephon import Dataset, Pipeline, ScheduledMixtureWorkSource
-from zephon.testing import gpt2_tokenizer_dir, write_jsonl, write_parquet
-from zephon.testing.data import kjv_grouped, kjv_records, python_source_documents
-from zephon.work import Schedule
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # benchmarks.common, from a source checkout
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from benchmarks.common import result_path, write_result  # noqa: E402
+from zephon import Dataset, Pipeline, ScheduledMixtureWorkSource  # noqa: E402
+from zephon.testing import gpt2_tokenizer_dir, write_jsonl, write_parquet  # noqa: E402
+from zephon.testing.data import kjv_grouped, kjv_records, python_source_documents  # noqa: E402
+from zephon.work import Schedule  # noqa: E402
+
 LANES, MAX_LENGTH, SEGMENT = 8, 2048, 250_000
 SHUFFLES = (0, 16)  # rows per lane: none, and 16 (a window of 262k run tokens)
 NAMES = ["verses", "chapters", "code"]
@@ -143,11 +147,7 @@ def main() -> None:
         f"with a shuffle of {SHUFFLES[1]} rows: {worst[SHUFFLES[1]]:.4f} in all segments, "
         f"{worst_away:.4f} in those more than one window from a change",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "schedule.txt"), "w") as f:
-        f.write(text)
+    write_result("schedule.txt", lines)
     plot(runs, lane, total)
 
 
@@ -176,7 +176,7 @@ def plot(runs: dict, lane, total: int) -> None:
     axes[0].legend()
     fig.suptitle(f"Scheduled mixture: target (dashed) vs realized (moving {width} rows)", fontsize=11)
     fig.tight_layout()
-    fig.savefig(os.path.join(HERE, "results", "schedule.png"), dpi=120)
+    fig.savefig(result_path("schedule.png"), dpi=120)
 
 
 if __name__ == "__main__":

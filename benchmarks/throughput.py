@@ -26,7 +26,6 @@ benchmarks/results/throughput.md and .png.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import json
 import os
@@ -35,12 +34,20 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "benchmarks", "results")
-MIXTURE = {"verses": 0.4, "chapters": 0.35, "code": 0.25}
+sys.path.insert(0, ROOT)  # benchmarks.common and benchmarks.peers, from a source checkout
+
+from benchmarks.common import (  # noqa: E402
+    GPU_TOKENS_PER_S,
+    MIXTURE,
+    PeakRSS,
+    result_path,
+    write_json,
+    write_result,
+)
+
 CORES = os.cpu_count() or 1
 
 # label -> (module in benchmarks.peers, function, Setup fields)
@@ -73,34 +80,6 @@ SYSTEMS.update({
 
 
 # -- one measurement, in its own process ------------------------------------------------------
-
-
-class PeakRSS:
-    """The largest resident set of this process and its children, sampled in a thread."""
-
-    def __init__(self, every: float = 0.1, relist: float = 1.0):
-        import psutil
-
-        self.process, self.peak, self.every, self.relist = psutil.Process(), 0, every, relist
-        self.stop = threading.Event()
-        threading.Thread(target=self._sample, daemon=True).start()
-
-    def _sample(self) -> None:
-        # Listing the children scans every process of the machine: once a second, not at every
-        # sample, so that the sampler itself takes little of the CPU (and of the GIL) it measures.
-        import psutil
-
-        tree, listed = [self.process], 0.0
-        while not self.stop.is_set():
-            if time.monotonic() - listed > self.relist:
-                with contextlib.suppress(psutil.Error):
-                    tree, listed = [self.process, *self.process.children(recursive=True)], time.monotonic()
-            total = 0
-            for p in tree:
-                with contextlib.suppress(psutil.Error):  # a child that just ended
-                    total += p.memory_info().rss
-            self.peak = max(self.peak, total)
-            self.stop.wait(self.every)
 
 
 def measure(spec: dict) -> dict:
@@ -203,18 +182,16 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.render:
-        with open(os.path.join(RESULTS, f"{args.out}.json")) as f:
+        with open(result_path(f"{args.out}.json")) as f:
             saved = json.load(f)
         args.tokens, args.reps, args.stall_tokens = saved["tokens"], saved["reps"], saved["stall_tokens"]
         args.stall_reps = saved.get("stall_reps", 1)
         _write(saved["runs"], saved["stalls"], saved["extras"], saved["limit"], args)
         return
     if args.one:
-        sys.path.insert(0, ROOT)
         print(json.dumps(measure(json.loads(args.one))), flush=True)
         return
     systems = [s for s in SYSTEMS if not args.only or any(o in s for o in args.only)]
-    sys.path.insert(0, ROOT)
     from zephon.testing import gpt2_tokenizer_dir
     from zephon.testing.data import real_text_corpora
 
@@ -326,24 +303,13 @@ def _write(runs, stalls, extras, limit, args) -> None:
         "",
         *(f"- {system}: {_fmt(size, '{:,} bytes')}" for system, size in extras.items()),
     ]
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, f"{args.out}.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(os.path.join(RESULTS, f"{args.out}.json"), "w") as f:
-        record = {"runs": runs, "stalls": stalls, "extras": extras, "limit": limit}
-        record.update(tokens=args.tokens, reps=args.reps, stall_tokens=args.stall_tokens)
-        record["stall_reps"] = args.stall_reps
-        json.dump(record, f, indent=1)
-    _plot(rows, limit, os.path.join(RESULTS, f"{args.out}.png"))
+    write_result(f"{args.out}.md", lines, echo=False)
+    record = {"runs": runs, "stalls": stalls, "extras": extras, "limit": limit}
+    record.update(tokens=args.tokens, reps=args.reps, stall_tokens=args.stall_tokens)
+    record["stall_reps"] = args.stall_reps
+    write_json(f"{args.out}.json", record)
+    _plot(rows, limit, result_path(f"{args.out}.png"))
     print("\n".join(lines))
-
-
-# What one GPU consumes, in tokens/s, training common model sizes (public figures):
-# TorchTitan docs/performance.md, Llama 3.1 8B on 8 H100s, FSDP + compile + Float8: 8,532 TPS/GPU;
-# Llama 3.1 405B on 128 H100s, FSDP + TP + Float8 + async TP: 185 TPS/GPU. Nanotron's benchmark
-# logs (huggingface.co/nanotron/old_bench, llama-1B, 8 GPUs, dp-4 tp-2): about 33,300 tokens/s/GPU.
-GPU_TOKENS_PER_S = {"Llama 1B (nanotron, H100)": 33_300, "Llama 3.1 8B (TorchTitan, H100)": 8_532,
-                    "Llama 3.1 405B (TorchTitan, H100)": 185}  # fmt: skip
 
 
 def _cores_per_gpu(rows) -> list[str]:

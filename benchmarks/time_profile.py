@@ -26,9 +26,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run(args: argparse.Namespace) -> None:
     """The profiled process: the benchmark's pipeline until enough tokens."""
     sys.path.insert(0, ROOT)
+    from benchmarks.common import MIXTURE
     from benchmarks.peers import zephon_self
     from benchmarks.peers.common import Setup
-    from benchmarks.throughput import MIXTURE
     from zephon.testing import gpt2_tokenizer_dir
     from zephon.testing.data import real_text_corpora
 
@@ -87,10 +87,10 @@ def main() -> None:
             "",
             *summarize(raw),
         ]
-    os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "benchmarks", "results", "profile.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    sys.path.insert(0, ROOT)
+    from benchmarks.common import write_result
+
+    write_result("profile.md", lines)
 
 
 if __name__ == "__main__":

@@ -23,17 +23,21 @@ import logging
 import os
 import platform
 import random
+import sys
 import tempfile
 import time
 from collections import defaultdict
 
 import numpy as np
 
-from zephon import Dataset, MixtureWorkSource, Pipeline
-from zephon.testing import gpt2_tokenizer_dir, write_jsonl, write_parquet
-from zephon.testing.data import kjv_grouped, kjv_records, python_source_documents
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # benchmarks.common, from a source checkout
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from benchmarks.common import result_path, write_result  # noqa: E402
+from zephon import Dataset, MixtureWorkSource, Pipeline  # noqa: E402
+from zephon.testing import gpt2_tokenizer_dir, write_jsonl, write_parquet  # noqa: E402
+from zephon.testing.data import kjv_grouped, kjv_records, python_source_documents  # noqa: E402
+
 LANES, MAX_LENGTH, CHUNK_SIZE = 8, 2048, 64
 # shuffle buffers (= window rows): 16 rows is 1/8 of a lane's run of 250k tokens; 256 rows is
 # twice a whole lane's run, so the 2M tokens are a random half of each lane's first window
@@ -133,11 +137,9 @@ def main() -> None:
     for (shuffle, unit), w in worst.items():
         goal = " (goal <= 0.005)" if shuffle == SHUFFLES[0] else ""
         lines.append(f"shuffle {shuffle}: worst |realized - target| by {unit}: {w:.4f}{goal}")
-    text = "\n".join(lines) + "\n"
-    with open(os.path.join(HERE, "results", "token_mixture.txt"), "w") as f:
-        f.write(text)
-    _plot(curves, os.path.join(HERE, "results", "token_mixture.png"))
-    print(text)
+    write_result("token_mixture.txt", lines, echo=False)
+    _plot(curves, result_path("token_mixture.png"))
+    print("\n".join(lines))
 
 
 def _plot(curves, path: str) -> None:

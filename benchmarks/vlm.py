@@ -16,6 +16,9 @@ is how each loader drives it.
   ``batch(8)``; "fastest": all of it in each of P ``mp_prefetch`` worker processes (its output
   depends on P), "worker-invariant": the map in P workers, packing and batching after them.
 
+Both are built in ``benchmarks/peers/`` (``zephon_self.py``, ``grain_loader.py``), the same
+modules as the throughput benchmark's, given image-text documents (``Setup.image_size``).
+
 Usable tokens/s: non-padding tokens (image and text) per second, end to end from building the
 loader to the ``--tokens``-th token, each measurement in a fresh process, systems interleaved,
 ``--reps`` times, medians. "Steady": the rate from the quarter mark to the end, once every
@@ -42,14 +45,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-RESULTS = os.path.join(ROOT, "benchmarks", "results")
+sys.path.insert(0, ROOT)  # benchmarks.common and benchmarks.peers, from a source checkout
+
+from benchmarks.common import LLAMA_8B_H100, PeakRSS, result_path, write_json, write_result  # noqa: E402
+
 CORES = os.cpu_count() or 1
 SIZE, PATCH, SEQ, MICROBATCH = 224, 16, 2048, 8
 IMAGE_TOKEN = 50257  # one past GPT-2's vocabulary
-GPU_TOKENS_PER_S = 8_532  # Llama 3.1 8B, H100, TorchTitan docs/performance.md
 REPEATS = 8  # the photographs, repeated: 240 rows, about 50 MB of Parquet
 
 
@@ -75,120 +80,36 @@ def make_data(folder: str) -> tuple[str, str]:
     return path, tok
 
 
-# -- the systems -----------------------------------------------------------------------------------
+# -- the systems: benchmarks/peers, given image-text documents --------------------------------------
 
 
-def zephon_batches(path: str, tok: str, method: str, workers: int):
-    from zephon import Dataset, Pipeline
+def batches(system: str, path: str, tok: str):
+    """The microbatches (``peers.common.Out``) of ``system``, e.g. "zephon thread x2"."""
+    from benchmarks.peers.common import Setup
 
-    p = (
-        Pipeline(Dataset.from_path("photos", path, exhausted="repeat"))
-        .options(num_lanes=8, runner=method)
-        .images(size=SIZE, patch=PATCH, parallelism=workers)
-        .tokenize(tok, image_token=IMAGE_TOKEN, parallelism=workers)
-        .pack_flat(SEQ)
-        .shuffle(16, seed=0)
-        .batch(MICROBATCH)
-    )
-    try:
-        for batch in p:
-            yield batch.tokens, batch.sources >= 0
-    finally:
-        p.close()
+    kind, workers = system.rsplit(" x", 1)
+    name, how = kind.split()
+    setup = Setup(
+        files={"photos": path}, weights={"photos": 1.0}, tokenizer=tok, seq_len=SEQ, microbatch=MICROBATCH,
+        shuffle=16, workers=int(workers), image_size=SIZE, patch=PATCH, image_token=IMAGE_TOKEN,
+    )  # fmt: skip
+    if name == "zephon":
+        from benchmarks.peers import zephon_self
 
+        return zephon_self.batches(replace(setup, method=how))
+    from benchmarks.peers import grain_loader
 
-class _Rows:
-    """Grain's random-access source over the Parquet rows (the table is read once per process)."""
-
-    def __init__(self, path: str):
-        import pyarrow.parquet as pq
-
-        self.path, self.n, self._table = path, pq.ParquetFile(path).metadata.num_rows, None
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        if self._table is None:
-            import pyarrow.parquet as pq
-
-            self._table = pq.read_table(self.path)
-        return {"image": self._table["image"][i].as_py()["bytes"], "text": self._table["text"][i].as_py()}
-
-    def __getstate__(self):
-        return {"path": self.path, "n": self.n, "_table": None}
-
-
-def grain_dataset(path: str, tok: str, workers: int, layout: str):
-    import grain
-    import numpy as np
-
-    from zephon.ops.images import Images
-
-    class Encode(grain.transforms.Map):
-        def __init__(self):
-            self.loaded = None
-
-        def map(self, row):
-            if self.loaded is None:
-                from tokenizers import Tokenizer
-
-                t = Tokenizer.from_file(os.path.join(tok, "tokenizer.json"))
-                self.loaded = (t, t.token_to_id("<|endoftext|>"), Images(size=SIZE, patch=PATCH))
-            t, eos, images = self.loaded
-            patches = images.patches(row["image"]).pixels
-            text = t.encode(row["text"], add_special_tokens=False).ids
-            tokens = np.array([IMAGE_TOKEN] * len(patches) + text + [eos], np.int32)
-            pixels = np.zeros((len(tokens), patches.shape[1]), np.uint8)
-            pixels[: len(patches)] = patches
-            return {"tokens": tokens, "pixels": pixels}
-
-        def __getstate__(self):
-            return {"loaded": None}
-
-    docs = grain.MapDataset.source(_Rows(path)).shuffle(seed=0).repeat().map(Encode())
-    read = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
-    options = grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2)
-
-    def pack(ds):
-        ds = grain.experimental.ConcatThenSplitIterDataset(
-            ds, length_struct={"tokens": SEQ + 1, "pixels": SEQ + 1}
-        )
-        return ds.batch(MICROBATCH, drop_remainder=True)
-
-    if layout == "fastest":
-        return pack(docs.to_iter_dataset(read)).mp_prefetch(options, sequential_slice=True)
-    return pack(docs.to_iter_dataset(read).mp_prefetch(options))
-
-
-def grain_batches(path: str, tok: str, workers: int, layout: str):
-    import numpy as np
-
-    iterator = iter(grain_dataset(path, tok, workers, layout))
-    try:
-        for batch in iterator:
-            tokens = np.array(batch["tokens"])
-            valid = np.array(batch["tokens_segment_ids"] > 0)
-            pixels = np.array(batch["pixels"])  # copied out of shared memory, as a trainer would
-            del batch, pixels
-            yield tokens, valid
-    finally:
-        iterator.close()
+    grain_setup = replace(setup, method="process", options={"read_threads": 1, "read_buffer": 4, "group": 1})
+    return getattr(grain_loader, f"batches_{how}")(grain_setup)
 
 
 def measure(system: str, path: str, tok: str, tokens: int) -> dict:
-    from benchmarks.throughput import PeakRSS
-
-    kind, rest = system.rsplit(" x", 1)
-    workers = int(rest)
     rss = PeakRSS()
     start = time.perf_counter()
-    if kind.startswith("zephon"):
-        batches = zephon_batches(path, tok, kind.split()[1], workers)
-    else:
-        batches = grain_batches(path, tok, workers, kind.split()[1])
+    made = batches(system, path, tok)
     usable, first, rows, padded, quarter = 0, None, 0, 0, None
-    for _, valid in batches:
+    for out in made:
+        valid = out.valid
         first = first or time.perf_counter() - start
         usable += int(valid.sum())
         rows, padded = rows + valid.size, padded + int((~valid).sum())
@@ -197,7 +118,7 @@ def measure(system: str, path: str, tok: str, tokens: int) -> dict:
         if usable >= tokens:
             break
     elapsed = time.perf_counter() - start
-    batches.close()
+    made.close()
     rss.stop.set()
     steady = (usable - quarter[0]) / (elapsed - quarter[1])
     return {"tokens_per_s": usable / elapsed, "first_batch_s": first, "steady": steady,
@@ -312,7 +233,7 @@ def write(results: dict, args, decoder_lines: list[str]) -> None:
         f"{args.reps} interleaved runs, each in a fresh process, {args.tokens:,} usable tokens end to end "
         '(start-up included; "after the first batch" leaves it out).',
         data,
-        f"One GPU, Llama 3.1 8B on H100s (TorchTitan docs/performance.md): {GPU_TOKENS_PER_S:,} tokens/s.",
+        f"One GPU, Llama 3.1 8B on H100s (TorchTitan docs/performance.md): {LLAMA_8B_H100:,} tokens/s.",
         "",
         "| parallelism | system | usable tokens/s | vs Grain fastest | steady | vs Grain fastest "
         "| after the first batch | first batch | peak RSS | padding |",
@@ -336,11 +257,9 @@ def write(results: dict, args, decoder_lines: list[str]) -> None:
             )
     lines += ["", "## The decoder", "", "Decode and resize (shorter side to 224, bicubic) of the "
               "photographs, one thread, in the benchmark's process:", "", *decoder_lines]  # fmt: skip
-    with open(os.path.join(RESULTS, "vlm.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(os.path.join(RESULTS, "vlm.json"), "w") as f:
-        json.dump({"tokens": args.tokens, "reps": args.reps, "results": results}, f, indent=1)
-    plot(med, os.path.join(RESULTS, "vlm.png"))
+    write_result("vlm.md", lines, echo=False)
+    write_json("vlm.json", {"tokens": args.tokens, "reps": args.reps, "results": results})
+    plot(med, result_path("vlm.png"))
     print("\n".join(lines))
 
 
@@ -359,7 +278,7 @@ def plot(med: dict, path: str) -> None:
         ax.plot(xs, ys, style, color=color, label=f"{kind}, end to end")
         ys = [med.get(f"{kind} x{p}", {}).get("steady") for p in xs]
         ax.plot(xs, ys, style, color=color, alpha=0.45, label=f"{kind}, steady")
-    ax.axhline(GPU_TOKENS_PER_S, color="k", ls=":", lw=1, label="one H100, Llama 3.1 8B (TorchTitan)")
+    ax.axhline(LLAMA_8B_H100, color="k", ls=":", lw=1, label="one H100, Llama 3.1 8B (TorchTitan)")
     ax.set_xlabel("parallelism (workers)")
     ax.set_ylabel("usable tokens/s, end to end")
     ax.set_xticks(xs)

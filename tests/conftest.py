@@ -46,8 +46,9 @@ for _name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
     os.environ.pop(_name, None)
 atexit.register(lambda: (HUB.stop(), shutil.rmtree(_TMP, ignore_errors=True)))
 
-from zephon import Dataset, Pipeline  # noqa: E402
-from zephon.testing import gpt2_tokenizer_dir, synthetic_documents, write_jsonl  # noqa: E402
+from support.corpora import rank_pipeline, write_corpus  # noqa: E402
+
+from zephon.testing import gpt2_tokenizer_dir, synthetic_documents  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -58,11 +59,7 @@ def gpt2(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> str:
     """A folder of 3 JSON lines shards, 1500 synthetic documents in all."""
-    root = tmp_path_factory.mktemp("corpus")
-    docs = synthetic_documents(1500, seed=7)
-    for i in range(3):
-        write_jsonl(os.path.join(root, f"part-{i}.jsonl"), docs[i * 500 : (i + 1) * 500])
-    return str(root)
+    return write_corpus(str(tmp_path_factory.mktemp("corpus")))
 
 
 @pytest.fixture(scope="session")
@@ -72,28 +69,11 @@ def corpus_docs() -> list[dict]:
 
 @pytest.fixture(scope="session")
 def make_rank(corpus, gpt2):
-    """make(D, r, **options) -> rank r of D's pipeline over the corpus: 8 lanes, windows of
-    8 rows (the shuffle buffer) = 4 batches, so that a few global steps cross several windows."""
+    """make(D, r, runner="thread", parallelism=2, seed=5, **options) -> rank r of D's pipeline over
+    the corpus (support.corpora.rank_pipeline): 8 lanes, windows of 8 rows = 4 batches."""
 
-    def make(
-        world: int,
-        rank: int,
-        runner: str = "thread",
-        parallelism: int = 2,
-        seed: int = 5,
-        **overrides,
-    ):
-        options = dict(num_lanes=8, chunk_bytes=2048, runner=runner)
-        options.update(overrides)
-        ds = Dataset.from_path("synthetic", corpus, exhausted="repeat")
-        return (
-            Pipeline(ds)
-            .options(dp_rank=rank, dp_world_size=world, **options)
-            .tokenize(gpt2, parallelism=parallelism)
-            .pack_flat(max_length=64)
-            .shuffle(buffer_size=8, seed=seed)
-            .batch(microbatch_size=2)
-        )
+    def make(world: int, rank: int, **kwargs):
+        return rank_pipeline(corpus, gpt2, world, rank, **kwargs)
 
     return make
 
@@ -111,17 +91,8 @@ def hub() -> FakeHub:
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory):
     """moto's S3 server on 127.0.0.1 with bucket ``corpus``: (server, storage_options)."""
-    import boto3
-    from support.fakes3 import CountingMotoServer
+    from support.fakes3 import moto_s3
 
-    server = CountingMotoServer(port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="corpus")
-    storage = {
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-        "skip_instance_cache": True,
-    }
+    server, storage = moto_s3()
     yield server, storage
     server.stop()

@@ -197,41 +197,12 @@ def test_a_write_that_fails_half_way_leaves_no_part_of_a_block(tmp_path, monkeyp
     assert not [f for _, _, fs in os.walk(tmp_path) for f in fs if f.endswith(".tmp")]
 
 
-_S3_PASSES = """
-import json, sys
-from zephon import Dataset, Pipeline
-from zephon.io import remote
-spec = json.loads(sys.argv[1])
-runs = []
-for _ in range(spec["passes"]):
-    ds = Dataset.from_path("d", spec["path"], storage_options=spec["storage"])
-    p = Pipeline(ds).options(num_lanes=2, chunk_bytes=1 << 15, io_options=spec["io"])
-    p = p.tokenize(spec["tokenizer"], parallelism=2).pack_flat(128).batch(4)
-    try:
-        runs.append([b.digest() for b in p])
-    finally:
-        p.close()
-[cache] = remote._CACHES.values()
-print(json.dumps({"runs": runs, "hits": cache.hits, "misses": cache.misses, "damaged": cache.damaged}))
-"""
-
-
-def _s3_pipeline_digests(spec: dict) -> list[str]:
-    from zephon import Dataset, Pipeline
-    from zephon.testing import drain
-
-    ds = Dataset.from_path("d", spec["path"], storage_options=spec["storage"])
-    p = Pipeline(ds).options(num_lanes=2, chunk_bytes=1 << 15, io_options=spec["io"])
-    return [
-        b.digest() for b in drain(p.tokenize(spec["tokenizer"], parallelism=2).pack_flat(128).batch(4), 10**6)
-    ]
-
-
 @pytest.mark.slow
 def test_two_processes_reading_s3_through_one_tiny_cache_match_a_run_without_it(s3, gpt2, tmp_path):
     import json
 
     import boto3
+    from support.processes import S3_PASSES, s3_pipeline_digests
 
     from zephon.io.cache import _DIGEST, _digest
     from zephon.testing.data import kjv_records
@@ -249,13 +220,13 @@ def test_two_processes_reading_s3_through_one_tiny_cache_match_a_run_without_it(
         "io": {},
         "passes": 2,
     }
-    want = _s3_pipeline_digests(spec)
+    want = s3_pipeline_digests(spec)
     cache_dir = tmp_path / "cache"  # three blocks of a 22-block object: eviction all the time
     spec["io"] = {
         "cache": {"enabled": True, "dir": str(cache_dir), "max_bytes": 3 * block, "block_size": block}
     }
     procs = [
-        subprocess.Popen([sys.executable, "-c", _S3_PASSES, json.dumps(spec)], stdout=subprocess.PIPE,
+        subprocess.Popen([sys.executable, "-c", S3_PASSES, json.dumps(spec)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]  # fmt: skip

@@ -2,53 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
-
 import pytest
+from support.damage import edit_a_replayed_chunk, edit_in_place, numbered_pipeline, write_numbered_lines
 
-from zephon import Dataset, Pipeline
+from zephon import Dataset
 from zephon.io.remote import ChangedFileError
 from zephon.testing import take
-
-SAMPLED = 64 << 10  # a local file's version samples its first, middle and last 64 KiB
-
-
-def _write_corpus(path, n: int = 9000) -> bytes:
-    lines = b"".join(
-        json.dumps({"text": f"document {i:05d} " + "and the word was " * (i % 7 + 1)}).encode() + b"\n"
-        for i in range(n)
-    )
-    path.write_bytes(lines)
-    os.utime(path, (1_700_000_000, 1_700_000_000))
-    return lines
-
-
-def _pipeline(path, gpt2, runner: str = "thread", exhausted: str = "stop") -> Pipeline:
-    return (
-        Pipeline(Dataset.from_path("d", str(path), exhausted=exhausted))
-        .options(num_lanes=2, chunk_bytes=32 << 10, runner=runner)
-        .tokenize(gpt2, parallelism=2)
-        .pack_flat(max_length=64)
-        .shuffle(buffer_size=8, seed=1)
-        .batch(microbatch_size=2)
-    )
-
-
-def _edit_in_place(path, start: int, stop: int) -> None:
-    """One letter changed inside bytes ``[start, stop)``, away from the sampled blocks; the size
-    and the modification time kept (as an in-place edit with ``touch -r`` would)."""
-    data = bytearray(path.read_bytes())
-    at = data.index(b"word", (start + stop) // 2, stop)  # in a line that starts inside the range
-    data[at] = ord("W")
-    path.write_bytes(bytes(data))
-    os.utime(path, (1_700_000_000, 1_700_000_000))
-
-
-def _unsampled(size: int, start: int, stop: int) -> bool:
-    middle = max(0, size // 2 - SAMPLED // 2)
-    sampled = [(0, SAMPLED), (middle, middle + SAMPLED), (size - SAMPLED, size)]
-    return all(stop <= a or start >= b for a, b in sampled)
 
 
 @pytest.mark.parametrize("runner", ["thread", "process"])
@@ -56,22 +15,15 @@ def test_a_local_file_edited_in_place_with_size_and_mtime_kept_fails_the_restore
     tmp_path, gpt2, runner
 ):
     path = tmp_path / "d.jsonl"
-    lines = _write_corpus(path)
+    lines = write_numbered_lines(str(path))
     assert 800_000 < len(lines) < 1_100_000
-    pipeline = _pipeline(path, gpt2, runner)
+    pipeline = numbered_pipeline(str(path), gpt2, runner)
     take(pipeline, 21)
     state = pipeline.state_dict()
     pipeline.close()
-    plan = _pipeline(path, gpt2).spec().lane_plan()
-    replayed = [
-        plan.chunk(dataset, lane, k)
-        for lane, value in ((int(lane), v) for lane, v in state["lanes"].items())
-        for dataset, k, _ in value["digests"]
-    ]
-    chunk = next(c for c in replayed if _unsampled(len(lines), c.start, c.stop))
-    _edit_in_place(path, chunk.start, chunk.stop)
+    edit_a_replayed_chunk(str(path), numbered_pipeline(str(path), gpt2), state)
 
-    resumed = _pipeline(path, gpt2, runner)
+    resumed = numbered_pipeline(str(path), gpt2, runner)
     resumed.load_state_dict(state)  # the file's listed version (size, sampled bytes) is unchanged
     with pytest.raises(
         ChangedFileError, match=r"d\.jsonl, bytes \[\d+, \d+\) changed during the run: the run "
@@ -83,13 +35,13 @@ def test_a_local_file_edited_in_place_with_size_and_mtime_kept_fails_the_restore
 @pytest.mark.parametrize("runner", ["inline", "process"])
 def test_a_chunk_read_again_in_a_later_epoch_with_other_bytes_fails_naming_the_file(tmp_path, gpt2, runner):
     path = tmp_path / "d.jsonl"
-    lines = _write_corpus(path, 3000)
-    pipeline = _pipeline(path, gpt2, runner, exhausted="repeat")
+    lines = write_numbered_lines(str(path), 3000)
+    pipeline = numbered_pipeline(str(path), gpt2, runner, exhausted="repeat")
     iterator = iter(pipeline)
     for _ in range(1000):  # every chunk read at least once (the file makes about 450 batches)
         next(iterator)
     assert (pipeline._run._digests.known[0] != 0).all(), "every chunk was read before the edit"
-    _edit_in_place(path, 0, len(lines))  # and read again in the next epochs
+    edit_in_place(str(path), 0, len(lines))  # and read again in the next epochs
     with pytest.raises(ChangedFileError, match=r"d\.jsonl, bytes \[\d+, \d+\) changed during the run"):
         for _ in range(20_000):
             next(iterator)

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from support.lifecycle import churn_runs
 
 from zephon import Dataset, Pipeline
 from zephon.run import _Delivery
@@ -95,32 +96,6 @@ def test_runs_dropped_and_collected_while_others_plan_and_iterate_never_deadlock
     pool submissions, planning's thread map, lane threads), while other threads plan and
     iterate: every iteration finishes, within a bound."""
     rounds = 4 if runner == "process" else 12
-    errors: list[BaseException] = []
-    old = gc.get_threshold()
-    gc.set_threshold(50, 1, 1)
-
-    def churn(seed: int) -> None:
-        try:
-            for i in range(rounds):
-                pipeline = make_rank(1, 0, runner=runner, seed=seed * 100 + i)
-                iterator = iter(pipeline)
-                for _ in range(3 + i % 4):
-                    next(iterator)
-                del pipeline, iterator  # dropped with its background work running
-                if i % 3 == 0:
-                    gc.collect()
-        except BaseException as e:
-            errors.append(e)
-
-    try:
-        threads = [threading.Thread(target=churn, args=(s,), daemon=True) for s in range(3)]
-        start = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=200 - (time.monotonic() - start))
-        stuck = [t.name for t in threads if t.is_alive()]
-    finally:
-        gc.set_threshold(*old)
+    stuck, errors, _ = churn_runs(lambda seed: make_rank(1, 0, runner=runner, seed=seed), rounds)
     assert not stuck, f"threads {stuck} did not finish in 200 s: a deadlock"
     assert not errors, errors

@@ -24,6 +24,14 @@ from support.functions import (
     rename_content,
     shout,
 )
+from support.processes import (
+    GUARDED,
+    UNGUARDED,
+    kill_a_worker,
+    shm_files,
+    stopped_worker_pipeline,
+    worker_processes,
+)
 
 from zephon import Dataset, Options, Pipeline
 from zephon.fingerprint import of_dataset
@@ -172,26 +180,6 @@ def test_an_error_whose_class_the_parent_cannot_import_comes_back_as_its_text():
 # -- stuck workers, orphans, leaks ----------------------------------------------------------------
 
 
-def _workers() -> list[psutil.Process]:
-    """This process's live worker processes: the fork server's children (the fork server and
-    the resource tracker are this process's own children)."""
-    live = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and p.ppid() != os.getpid():
-                live.append(p)
-        except psutil.Error:  # it ended meanwhile
-            pass
-    return live
-
-
-def _stopped_worker_run(tmp_path, gpt2, timeout: float):
-    write_jsonl(str(tmp_path / "d.jsonl"), [{"text": f"document {i} " * 40} for i in range(4000)])
-    ds = Dataset.from_path("d", str(tmp_path / "d.jsonl"), exhausted="repeat")
-    pipeline = Pipeline(ds).options(runner="process", worker_timeout=timeout, chunk_bytes=8 << 10)
-    return pipeline.tokenize(gpt2, parallelism=1).pack_flat(64).batch(1)
-
-
 def _seconds_to_fail_after_stopping(pipeline, iterator, workers, message) -> float:
     for p in workers:
         p.send_signal(signal.SIGSTOP)
@@ -210,13 +198,13 @@ def _seconds_to_fail_after_stopping(pipeline, iterator, workers, message) -> flo
 def test_a_stopped_worker_is_reported_with_its_file_soon_after_worker_timeout(tmp_path, gpt2):
     from zephon.runners.process import STARTING
 
-    pipeline = _stopped_worker_run(tmp_path, gpt2, timeout=5)
+    pipeline = stopped_worker_pipeline(str(tmp_path), gpt2, timeout=5)
     iterator = iter(pipeline)
     executor = pipeline._run._delivery.executor
     deadline = time.monotonic() + 60
     while executor.stuck(0) is STARTING and time.monotonic() < deadline:
         next(iterator)  # until the workers have started and are reading
-    workers = _workers()
+    workers = worker_processes()
     assert workers and executor.stuck(0) is not STARTING, "the process runner's workers are up"
     message = r"lane \d+: dataset 'd', .*/d\.jsonl, bytes \[\d+, \d+\) has not come back .* in 5 s: a worker"
     seconds = _seconds_to_fail_after_stopping(pipeline, iterator, workers, message)
@@ -225,12 +213,12 @@ def test_a_stopped_worker_is_reported_with_its_file_soon_after_worker_timeout(tm
 
 
 def test_a_worker_stopped_while_starting_is_reported_soon_after_worker_timeout(tmp_path, gpt2):
-    pipeline = _stopped_worker_run(tmp_path, gpt2, timeout=3)
+    pipeline = stopped_worker_pipeline(str(tmp_path), gpt2, timeout=3)
     iterator = iter(pipeline)
     deadline = time.monotonic() + 60
-    while not _workers() and time.monotonic() < deadline:
+    while not worker_processes() and time.monotonic() < deadline:
         time.sleep(0.01)
-    workers = _workers()
+    workers = worker_processes()
     assert workers and not pipeline._run._delivery.executor.pool_up, "a worker process, not up yet"
     message = r"the start of the worker processes \(each loads the work: its tokenizer\) has not ended in 3 s"
     seconds = _seconds_to_fail_after_stopping(pipeline, iterator, workers, message)
@@ -259,20 +247,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-SCRIPT = """import sys
-from zephon import Dataset, Pipeline
-from zephon.testing import take
-
-def main():
-    pipeline = Pipeline(Dataset.from_path("d", sys.argv[1])).options(runner="process")
-    take(pipeline.tokenize(sys.argv[2], parallelism=1).pack_flat(64).batch(1), 3)
-    print("done")
-"""
-
-
 def test_a_script_without_a_main_guard_is_told_at_once_what_to_add(tmp_path, corpus, gpt2):
     script = tmp_path / "train.py"
-    script.write_text(SCRIPT + "main()\n")
+    script.write_text(UNGUARDED)
     result = subprocess.run(
         [sys.executable, str(script), corpus, gpt2], capture_output=True, text=True, timeout=120
     )
@@ -288,92 +265,11 @@ def test_a_script_without_a_main_guard_is_told_at_once_what_to_add(tmp_path, cor
 
 def test_a_script_with_a_main_guard_runs_on_process_workers(tmp_path, corpus, gpt2):
     script = tmp_path / "train.py"
-    script.write_text(SCRIPT + 'if __name__ == "__main__":\n    main()\n')
+    script.write_text(GUARDED)
     result = subprocess.run(
         [sys.executable, str(script), corpus, gpt2], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0 and result.stdout == "done\n" and not result.stderr, result.stderr[-3000:]
-
-
-# A map function in a module the workers import; in a worker it records the worker's pid, and
-# with PROBE_KILL=writing the worker SIGKILLs itself half way through writing a result to /dev/shm.
-_PROBE_MODULE = """
-import os, signal, time
-OWNER = int(os.environ["PROBE_OWNER"])
-if os.getpid() != OWNER and os.environ["PROBE_KILL"] == "writing":
-    _write = os.pwrite
-    def _dying(fd, data, offset):
-        _write(fd, bytes(data[: len(data) // 2]), offset)
-        os.kill(os.getpid(), signal.SIGKILL)
-    os.pwrite = _dying
-def noting_worker(record):
-    if os.getpid() != OWNER:
-        open(os.path.join(os.environ["PROBE_PIDS"], str(os.getpid())), "w").close()
-    time.sleep(0.005)
-    return record
-"""
-
-_KILLED_WORKER_SCRIPT = """
-import glob, os, random, signal, sys, threading, time
-def main():
-    data, gpt2, kill, end, pids = sys.argv[1:6]
-    os.environ.update(PROBE_OWNER=str(os.getpid()), PROBE_KILL=kill, PROBE_PIDS=pids)
-    import zephon_probe_map
-    from zephon import Dataset, Pipeline
-    ds = Dataset.from_path("d", data, exhausted="repeat")
-    p = Pipeline(ds).options(num_lanes=2, runner="process", chunk_bytes=1 << 18)
-    p = p.map(zephon_probe_map.noting_worker, parallelism=2).tokenize(gpt2).pack_flat(1024).batch(4)
-    def killer():  # a worker, at a random moment
-        time.sleep(random.Random(int(kill.removeprefix("random"))).uniform(0.5, 3))
-        while not os.listdir(pids):
-            time.sleep(0.05)
-        os.kill(int(os.listdir(pids)[0]), signal.SIGKILL)
-    if kill.startswith("random"):
-        threading.Thread(target=killer, daemon=True).start()
-    try:
-        for _ in p:
-            pass
-    except Exception as e:
-        print("error:", type(e).__name__, e, flush=True)
-    mine = glob.glob(f"/dev/shm/zephon-{os.getpid()}-*")
-    print("left:", len(mine), flush=True)
-    if end == "sigkill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    if end == "close":
-        p.close()
-        print("after close:", glob.glob(f"/dev/shm/zephon-{os.getpid()}-*"), flush=True)
-if __name__ == "__main__":
-    main()
-"""
-
-
-def _kill_a_worker(tmp_path, gpt2, kill: str, end: str) -> tuple[int, str]:
-    """Run the scenario in its own process: (its pid, what it printed)."""
-    (tmp_path / "zephon_probe_map.py").write_text(_PROBE_MODULE)
-    (tmp_path / "pids").mkdir()
-    data = tmp_path / "d.jsonl"
-    if not data.exists():
-        words = itertools.cycle(["alpha", "beta", "gamma", "delta", "epsilon"])
-        write_jsonl(str(data), [{"text": " ".join(itertools.islice(words, 3000))} for _ in range(150)])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    command = [
-        sys.executable,
-        "-c",
-        _KILLED_WORKER_SCRIPT,
-        str(data),
-        gpt2,
-        kill,
-        end,
-        str(tmp_path / "pids"),
-    ]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    out, err = child.communicate(timeout=120)
-    assert "error:" in out, err[-3000:]
-    return child.pid, out
-
-
-def _shm_files(pid: int) -> list[str]:
-    return [f for f in os.listdir("/dev/shm") if f.startswith(f"zephon-{pid}-")]
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
@@ -384,14 +280,15 @@ def _shm_files(pid: int) -> list[str]:
 def test_a_worker_killed_while_handing_results_over_leaves_nothing_in_shared_memory(
     tmp_path, gpt2, kill, end
 ):
-    pid, out = _kill_a_worker(tmp_path, gpt2, kill, end)
+    pid, out, err = kill_a_worker(str(tmp_path), gpt2, kill, end)
+    assert "error:" in out, err[-3000:]
     died = r"error: RuntimeError lane \d: a worker died while on dataset 'd', \S*d\.jsonl, bytes \["
     assert re.search(died, out), out
     if kill == "writing":
         assert "left: 1" in out, "the half-written result is there until the pipeline ends"
     if end == "close":
         assert "after close: []" in out
-    assert _shm_files(pid) == []
+    assert shm_files(pid) == []
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
@@ -399,8 +296,9 @@ def test_what_a_killed_owner_left_in_shared_memory_goes_with_the_next_pool_once_
     from zephon.runners import handover
 
     # the worker dies writing, the broken pool takes the other one down, then the owner is killed
-    pid, _ = _kill_a_worker(tmp_path, gpt2, "writing", "sigkill")
-    [left] = _shm_files(pid)  # nobody was left to remove it
+    pid, out, err = kill_a_worker(str(tmp_path), gpt2, "writing", "sigkill")
+    assert "error:" in out, err[-3000:]
+    [left] = shm_files(pid)  # nobody was left to remove it
     path = os.path.join("/dev/shm", left)
     handover.remove_all(handover.prefix())  # a new pool, soon after: it could still be read
     assert os.path.exists(path)
@@ -416,9 +314,9 @@ def test_a_finished_run_lets_its_workers_go(tmp_path, gpt2):
     pipeline = pipeline.map(shout).tokenize(gpt2).pack_flat(64).batch(1)
     assert list(pipeline), "the dataset stops: the run ends"
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _workers():
+    while time.monotonic() < deadline and worker_processes():
         time.sleep(0.1)
-    assert not _workers(), "the run ended but its worker processes are still there"
+    assert not worker_processes(), "the run ended but its worker processes are still there"
 
 
 def _zephon_threads() -> list[str]:
@@ -619,20 +517,9 @@ def test_the_files_of_a_large_dataset_stay_small_in_the_fingerprint_and_name_a_g
 
 
 def test_a_cache_entry_copied_over_another_key_is_fetched_again(tmp_path):
-    import shutil
+    from support.damage import cache_with_a_copied_entry
 
-    from zephon.io.cache import BlockCache
-
-    data = bytes(range(256)) * 64  # 16 KiB: four blocks of 4 KiB
-    cache, fetched = BlockCache(str(tmp_path), 1 << 20, 4096), []
-
-    def fetch(a, b):
-        fetched.append((a, b))
-        return data[a:b]
-
-    cache.read("u", len(data), "v1", 0, 8192, fetch)
-    shutil.copyfile(cache._path("u", len(data), "v1", 1), cache._path("u", len(data), "v1", 0))
-    fetched.clear()
+    cache, data, fetch, fetched = cache_with_a_copied_entry(str(tmp_path))
     assert cache.read("u", len(data), "v1", 0, 4096, fetch) == data[:4096]
     assert fetched == [(0, 4096)] and cache.damaged == 1
 

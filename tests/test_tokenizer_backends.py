@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+from support.hostile import hostile_texts, write_hostile_jsonl
 
 from zephon import Dataset, Pipeline
 from zephon.io import fast_tokenizer, tokenizer
@@ -158,32 +159,12 @@ def test_the_tokenizers_backend_does_not_load_fastokens_at_all(fresh_tokenizers,
     assert len(loads) == 1
 
 
-def _hostile_texts() -> dict[str, str]:
-    """Texts a crawl can hold that stress a tokenizer: huge runs, special tokens inside text,
-    NUL bytes, both normal forms, bidirectional text and joiners, many scripts at once."""
-    import unicodedata
-
-    accents = "café naïve Ångström piñata 한국어"
-    return {
-        "a megabyte of one emoji": "😀" * (1 << 20),
-        "a megabyte of spaces": " " * (1 << 20),
-        "100k end-of-text tokens inside text": "x<|endoftext|>" * 100_000,
-        "an unfinished special token": "<|endoftext|" * 1000 + "<|endoftext",
-        "NUL bytes": "a\x00b\x00\x00c\x00",
-        "NFC": unicodedata.normalize("NFC", accents),
-        "NFD": unicodedata.normalize("NFD", accents),
-        "right to left": "\u202eabc\u202c שלום עולם مرحبا بالعالم \u200f\u200e",
-        "zero-width joiners": "👨\u200d👩\u200d👧\u200d👦 a\u200bb\u200cc\u200dd\ufeffe",
-        "mixed scripts": "Hello Привет 你好 こんにちは मरहबा \U0001d518\U0001d52b \U0010ffff \ufffe 🇫🇷",
-    }
-
-
 def test_hostile_texts_get_the_same_ids_from_both_backends_within_seconds(fresh_tokenizers, gpt2):
     import time
 
     tok = load_tokenizer(gpt2)
     assert tok.fast.wait(), "fastokens must be on, or this compares the reference with itself"
-    for name, text in _hostile_texts().items():
+    for name, text in hostile_texts().items():
         began = time.perf_counter()
         ids, offsets = tok.fast.encode_flat([text, "after"])
         fast_s, began = time.perf_counter() - began, time.perf_counter()
@@ -209,16 +190,6 @@ def test_neither_backend_encodes_a_lone_surrogate(fresh_tokenizers, gpt2):
             tok.encode_batch([text])
 
 
-def _hostile_jsonl(path) -> str:
-    import json
-
-    texts = ["before", *_hostile_texts().values(), "a \ud800 lone high surrogate", "\udfff alone",
-             "a pair \ud83d\ude00 is fine", "after"]  # fmt: skip
-    with open(path, "w") as f:  # json.dumps writes a lone surrogate as a "\ud800" escape
-        f.writelines(json.dumps({"text": t}) + "\n" for t in texts)
-    return str(path)
-
-
 def _hostile_batches(path: str, gpt2: str, backend: str, runner: str = "inline", on_error: str = "skip"):
     ds = Dataset.from_path("hostile", path, on_error=on_error)
     p = Pipeline(ds).options(num_lanes=1, runner=runner).tokenize(tokenizer_id=gpt2, backend=backend)
@@ -232,7 +203,7 @@ def _hostile_batches(path: str, gpt2: str, backend: str, runner: str = "inline",
 def test_hostile_records_make_the_same_batches_with_either_backend(
     fresh_tokenizers, gpt2, tmp_path, monkeypatch
 ):
-    path = _hostile_jsonl(tmp_path / "hostile.jsonl")
+    path = write_hostile_jsonl(str(tmp_path / "hostile.jsonl"))
     encoded, real = [], fast_tokenizer._flat
     monkeypatch.setattr(
         fast_tokenizer, "_flat", lambda fast, texts: (encoded.append(len(texts)), real(fast, texts))[1]

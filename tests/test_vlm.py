@@ -14,13 +14,14 @@ import io
 import itertools
 import json
 import os
-import tarfile
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
+from support.damage import cut_tar, declared_size, mid_member
+from support.exif import STORED, jpeg, quadrants
 
 from zephon import Dataset, MixtureWorkSource, Pipeline
 from zephon.fingerprint import of_dataset
@@ -97,29 +98,10 @@ def test_tar_samples_are_planned_from_the_headers_into_chunks_of_whole_samples(l
     assert [r["__key__"] for r in first] == [f"digit{i:05d}" for i in range(7, 14)]
 
 
-def cut_tar(folder, samples, cut) -> Dataset:
-    """A tar shard of 12 samples, its bytes changed by ``cut(data, member)`` where ``member``
-    is the header of the 18th file (``digit00008.txt``)."""
-    path = write_webdataset(str(folder), samples[:12], per_shard=12)[0]
-    with tarfile.open(path) as tar:
-        member = tar.getmembers()[17]
-    with open(path, "rb") as f:
-        data = f.read()
-    with open(path, "wb") as f:
-        f.write(cut(data, member))
-    return Dataset.from_path("cut", path)
-
-
-def declared_size(data: bytes, member: tarfile.TarInfo, size: int) -> bytes:
-    info = tarfile.TarInfo(member.name)
-    info.size, info.mtime = size, 0
-    return data[: member.offset] + info.tobuf(tarfile.USTAR_FORMAT) + data[member.offset_data :]
-
-
 @pytest.mark.parametrize(
     ("cut", "message"),
     [
-        (lambda d, m: d[: m.offset_data + m.size // 2],
+        (mid_member,
          r"the tar ends at byte [\d,]+ inside member 'digit00008\.txt', whose data runs to byte"),
         (lambda d, m: d[: m.offset + 100],
          r"the tar ends at byte 17,508 inside the header at byte 17,408 after member 'digit00008\.png'"),
@@ -138,7 +120,7 @@ def declared_size(data: bytes, member: tarfile.TarInfo, size: int) -> bytes:
          "trailing-garbage"],
 )  # fmt: skip
 def test_a_cut_off_or_damaged_tar_is_an_error_naming_the_shard_and_the_place(tmp_path, samples, cut, message):
-    ds = cut_tar(tmp_path, samples, cut)
+    ds = Dataset.from_path("cut", cut_tar(str(tmp_path), samples, cut))
     with pytest.raises(DataError, match=r"/shard-00000\.tar: (truncated: )?" + message) as error:
         records(ds, chunk_size=4)
     assert "on_error='skip'" in str(error.value)
@@ -148,7 +130,7 @@ def test_a_cut_off_tar_skipping_bad_records_delivers_its_whole_samples_and_count
     tmp_path, gpt2, samples
 ):
     path = tmp_path / "w" / "shard-00000.tar"
-    cut_tar(tmp_path / "w", samples, lambda d, m: d[: m.offset_data + m.size // 2])
+    cut_tar(str(tmp_path / "w"), samples, mid_member)
     ds = Dataset.from_path("cut", str(path), on_error="skip")
     assert [r["__key__"] for r in records(ds) if not isinstance(r, BadRecord)] == [
         f"digit{i:05d}" for i in range(8)
@@ -227,38 +209,6 @@ def test_fit_keeps_the_aspect_in_whole_patches():
     patches = Images(size=64, patch=8, resize="fit").patches(china[2])
     assert patches.grid[0].tolist() == [0, 5, 8] and len(patches) == 40
     assert patches.grid[:, 0].tolist() == list(range(40))
-
-
-def quadrants() -> np.ndarray:
-    """An upright 256 x 128 image whose quadrants are red, green (top), blue, white (bottom), so
-    any rotation or mirror shows."""
-    image = np.zeros((128, 256, 3), np.uint8)
-    image[:64, :128], image[:64, 128:] = (255, 0, 0), (0, 255, 0)
-    image[64:, :128], image[64:, 128:] = (0, 0, 255), (255, 255, 255)
-    return image
-
-
-# the pixels a camera stores for an upright view, by EXIF orientation (where the stored row 0 and
-# column 0 are seen): 6 = shown rotated 90 degrees clockwise, 8 = counter-clockwise, 5 and 7 mirrored
-STORED = {
-    2: np.fliplr,
-    3: lambda a: np.rot90(a, 2),
-    4: np.flipud,
-    5: lambda a: a.transpose(1, 0, 2),
-    6: lambda a: np.rot90(a, 1),
-    7: lambda a: np.rot90(a, 2).transpose(1, 0, 2),
-    8: lambda a: np.rot90(a, -1),
-}
-
-
-def jpeg(pixels: np.ndarray, orientation: int | None = None) -> bytes:
-    image = Image.fromarray(np.ascontiguousarray(pixels))
-    exif = Image.Exif()
-    if orientation is not None:
-        exif[0x0112] = orientation  # Orientation
-    buffer = io.BytesIO()
-    image.save(buffer, "JPEG", quality=95, exif=exif.tobytes())
-    return buffer.getvalue()
 
 
 @pytest.mark.parametrize("resize", ["crop", "fit"])

@@ -9,6 +9,12 @@ buffer of ``setup.shuffle`` rows or documents where the system can, mixing the d
 docstring), ``setup.microbatch`` rows per batch, ``setup.workers`` workers (threads or processes,
 ``setup.method``). Optional: ``state_bytes(iterator)`` (a checkpoint's size) where the system has
 a checkpoint.
+
+The image-text benchmark (``benchmarks/vlm.py``) gives ``setup.image_size`` > 0: then
+``setup.files`` holds one Parquet file of encoded images and captions (``zephon.testing.images``),
+and a document is one placeholder token (``setup.image_token``) per ``setup.patch`` square of the
+image, cut from its centre ``image_size`` square (``zephon.ops.images.Images``), then the caption's
+tokens and EOS.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ class Setup:
     method: str = "thread"  # thread | process | inline
     seed: int = 0
     options: dict = field(default_factory=dict)  # system-specific, e.g. {"backend": "fast"}
+    image_size: int = 0  # > 0: image-text documents, images cut to this size (see above)
+    patch: int = 16  # the side of an image patch, in pixels
+    image_token: int = 50257  # the id of an image patch's placeholder: one past GPT-2's vocabulary
 
     @property
     def tokenizer_json(self) -> str:

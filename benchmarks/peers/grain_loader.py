@@ -44,6 +44,13 @@ same layout on Grain's threads, ``grain.experimental.multithread_prefetch``, for
 ``state_bytes(iterator)``: bytes of the JSON of a Grain ``DatasetIterator.get_state()``, for an
 iterator of ``fastest_dataset(setup)`` or ``invariant_dataset(setup)`` (a few hundred bytes: read
 positions and the packer's remainder, no data).
+
+Image-text documents (``setup.image_size``, ``benchmarks/vlm.py``): a random-access source over
+the Parquet rows (``ParquetRows``), globally shuffled and repeated, ``.map(EncodeImageText)``
+(decode, patches with ``zephon.ops.images.Images``, tokenize), packed with the patches as a
+feature aligned with the tokens (zeros under text tokens: Grain packs features of one length).
+The same two layouts; vlm.py reads one thread deep (``options`` ``read_threads=1``,
+``read_buffer=4``) and groups nothing (``group=1``).
 """
 
 from __future__ import annotations
@@ -137,6 +144,60 @@ class Tokenize(grain.transforms.Map):
         return {"tokenizer_json": self.tokenizer_json, "_loaded": None}
 
 
+class ParquetRows(grain.sources.RandomAccessDataSource):
+    """The rows of a Parquet file of images and captions, ``{"image": bytes, "text": str}``, by
+    index (the table is read once per process, on first use)."""
+
+    def __init__(self, path: str):
+        import pyarrow.parquet as pq
+
+        self.path, self.n, self._table = path, pq.ParquetFile(path).metadata.num_rows, None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> dict:
+        if self._table is None:
+            import pyarrow.parquet as pq
+
+            self._table = pq.read_table(self.path)
+        table = self._table
+        return {"image": table["image"][index].as_py()["bytes"], "text": table["text"][index].as_py()}
+
+    def __getstate__(self):
+        return {"path": self.path, "n": self.n, "_table": None}
+
+
+class EncodeImageText(grain.transforms.Map):
+    """A row -> ``{"tokens": one image token per patch, the caption's ids, EOS; "pixels": the
+    patches under the image tokens, zeros under the text}``. Loaded on first use, never pickled."""
+
+    def __init__(self, setup: Setup):
+        self.setup, self._loaded = setup, None
+
+    def _load(self):
+        from tokenizers import Tokenizer
+
+        from zephon.ops.images import Images
+
+        tokenizer = Tokenizer.from_file(self.setup.tokenizer_json)
+        images = Images(size=self.setup.image_size, patch=self.setup.patch)
+        self._loaded = (tokenizer, tokenizer.token_to_id(EOS), images)
+        return self._loaded
+
+    def map(self, row: dict) -> dict[str, np.ndarray]:
+        tokenizer, eos, images = self._loaded or self._load()
+        patches = images.patches(row["image"]).pixels
+        text = tokenizer.encode(row["text"], add_special_tokens=False).ids
+        tokens = np.array([self.setup.image_token] * len(patches) + text + [eos], np.int32)
+        pixels = np.zeros((len(tokens), patches.shape[1]), np.uint8)
+        pixels[: len(patches)] = patches
+        return {"tokens": tokens, "pixels": pixels}
+
+    def __getstate__(self):
+        return {"setup": self.setup, "_loaded": None}
+
+
 class Ungroup(grain.experimental.FlatMapTransform):
     """A group (list) of documents back into the documents, in order."""
 
@@ -156,7 +217,12 @@ def _seed(setup: Setup, index: int) -> int:
 
 
 def documents(setup: Setup) -> grain.MapDataset:
-    """The mixed, shuffled, endless, tokenized documents (stateless, random access)."""
+    """The mixed, shuffled, endless, tokenized documents (stateless, random access); with
+    ``setup.image_size``, the one image-text dataset's, shuffled and endless."""
+    if setup.image_size:
+        [path] = setup.files.values()
+        rows = grain.MapDataset.source(ParquetRows(path)).shuffle(seed=setup.seed).repeat()
+        return rows.map(EncodeImageText(setup))
     names = list(setup.files)
     parts = [
         grain.MapDataset.source(JsonLines(setup.files[name])).shuffle(seed=_seed(setup, i)).repeat()
@@ -191,7 +257,9 @@ def _parallel(ds: grain.IterDataset, setup: Setup, *, sequential_slice: bool = F
 
 
 def _pack_and_batch(ds: grain.IterDataset, setup: Setup) -> grain.IterDataset:
-    ds = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct={"tokens": setup.seq_len + 1})
+    features = ("tokens", "pixels") if setup.image_size else ("tokens",)
+    lengths = dict.fromkeys(features, setup.seq_len + 1)
+    ds = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct=lengths)
     return ds.batch(setup.microbatch, drop_remainder=True)
 
 
@@ -229,6 +297,8 @@ def _outs(ds: grain.IterDataset):
             # when its array goes, so copy out rather than keep it alive in the consumer's hands.
             tokens = np.array(batch["tokens"], dtype=np.int32)
             valid = np.array(batch["tokens_segment_ids"] > 0, dtype=bool)
+            if "pixels" in batch:
+                np.array(batch["pixels"])  # copied out of shared memory too, as a trainer would
             del batch
             yield Out(tokens, valid)
     finally:

@@ -1,6 +1,8 @@
 """This project, as its README shows it: a token mixture, ``pack_flat``, a row shuffle, batches.
 
 ``setup.options["backend"]``: ``"auto"`` (fastokens where verified exact) or ``"tokenizers"``.
+With ``setup.image_size``: one image-text dataset, ``images`` then ``tokenize`` (README, image-text
+data), on ``setup.workers`` workers each.
 """
 
 from __future__ import annotations
@@ -26,8 +28,23 @@ def pipeline(setup: Setup, **options):
     )
 
 
+def image_pipeline(setup: Setup):
+    from zephon import Dataset, Pipeline
+
+    [(name, path)] = setup.files.items()
+    return (
+        Pipeline(Dataset.from_path(name, path, exhausted="repeat"))
+        .options(num_lanes=setup.lanes, runner=setup.method)
+        .images(size=setup.image_size, patch=setup.patch, parallelism=setup.workers)
+        .tokenize(setup.tokenizer, image_token=setup.image_token, parallelism=setup.workers)
+        .pack_flat(setup.seq_len)
+        .shuffle(setup.shuffle, seed=setup.seed)
+        .batch(setup.microbatch)
+    )
+
+
 def batches(setup: Setup):
-    p = pipeline(setup)
+    p = image_pipeline(setup) if setup.image_size else pipeline(setup)
     try:
         for batch in p:
             yield Out(batch.tokens, batch.sources >= 0)

@@ -4,6 +4,7 @@ bytes and injects 403 AccessDenied for any key containing "/forbidden/".
     server = CountingMotoServer(port=0); server.start()
     host, port = server.get_host_and_port()   # endpoint_url = f"http://{host}:{port}"
     server.bytes_served / server.log / server.reset()
+    server, storage_options = moto_s3()        # started, with bucket "corpus"
 """
 
 from __future__ import annotations
@@ -74,3 +75,20 @@ class CountingMotoServer(ThreadedMotoServer):
         )
         self._server_ready_event.set()
         self._server.serve_forever()
+
+
+def moto_s3(bucket: str = "corpus") -> tuple[CountingMotoServer, dict]:
+    """A started moto S3 server on 127.0.0.1 with an empty ``bucket``: (the server, the
+    ``storage_options`` that point ``s3://`` datasets at it)."""
+    import boto3
+
+    server = CountingMotoServer(port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    storage = {
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        "skip_instance_cache": True,
+    }
+    return server, storage

@@ -1,0 +1,83 @@
+"""What the benchmarks share: the text mixture they measure, what one GPU consumes, the sampler of
+a process tree's memory, and where results go.
+
+A script puts the repository on ``sys.path`` (it runs from a source checkout) and imports from
+here: ``from benchmarks.common import MIXTURE, write_result``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+
+# The three real-text datasets of zephon.testing.data.real_text_corpora (KJV verses, KJV chapters,
+# Python standard-library files), mixed by tokens.
+MIXTURE = {"verses": 0.4, "chapters": 0.35, "code": 0.25}
+
+# What one GPU consumes, in tokens/s, training common model sizes (public figures):
+# TorchTitan docs/performance.md, Llama 3.1 8B on 8 H100s, FSDP + compile + Float8: 8,532 TPS/GPU;
+# Llama 3.1 405B on 128 H100s, FSDP + TP + Float8 + async TP: 185 TPS/GPU. Nanotron's benchmark
+# logs (huggingface.co/nanotron/old_bench, llama-1B, 8 GPUs, dp-4 tp-2): about 33,300 tokens/s/GPU.
+GPU_TOKENS_PER_S = {"Llama 1B (nanotron, H100)": 33_300, "Llama 3.1 8B (TorchTitan, H100)": 8_532,
+                    "Llama 3.1 405B (TorchTitan, H100)": 185}  # fmt: skip
+LLAMA_8B_H100 = GPU_TOKENS_PER_S["Llama 3.1 8B (TorchTitan, H100)"]
+
+
+def result_path(name: str) -> str:
+    """``benchmarks/results/NAME``, its folder made."""
+    os.makedirs(RESULTS, exist_ok=True)
+    return os.path.join(RESULTS, name)
+
+
+def write_result(name: str, lines: list[str] | str, echo: bool = True) -> str:
+    """Writes ``lines`` (one string or a list of lines) to ``benchmarks/results/NAME``, printing
+    them where ``echo``; the path."""
+    text = lines if isinstance(lines, str) else "\n".join(lines) + "\n"
+    path = result_path(name)
+    with open(path, "w") as f:
+        f.write(text)
+    if echo:
+        print(text.rstrip("\n"))
+    return path
+
+
+def write_json(name: str, record: dict) -> str:
+    """Writes ``record`` as indented JSON to ``benchmarks/results/NAME``; the path."""
+    path = result_path(name)
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+    return path
+
+
+class PeakRSS:
+    """The largest resident set of this process and its children, sampled in a thread."""
+
+    def __init__(self, every: float = 0.1, relist: float = 1.0):
+        import psutil
+
+        self.process, self.peak, self.every, self.relist = psutil.Process(), 0, every, relist
+        self.stop = threading.Event()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        # Listing the children scans every process of the machine: once a second, not at every
+        # sample, so that the sampler itself takes little of the CPU (and of the GIL) it measures.
+        import psutil
+
+        tree, listed = [self.process], 0.0
+        while not self.stop.is_set():
+            if time.monotonic() - listed > self.relist:
+                with contextlib.suppress(psutil.Error):
+                    tree, listed = [self.process, *self.process.children(recursive=True)], time.monotonic()
+            total = 0
+            for p in tree:
+                with contextlib.suppress(psutil.Error):  # a child that just ended
+                    total += p.memory_info().rss
+            self.peak = max(self.peak, total)
+            self.stop.wait(self.every)
