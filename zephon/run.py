@@ -107,7 +107,7 @@ class Run:
                 "owns; merge all ranks' states with zephon.merge_states before loading"
             )
         n = len(spec.source.datasets)
-        lanes = {lane: LaneState.from_json(state["lanes"][str(lane)], n) for lane in spec.owned_lanes}
+        lanes = {lane: LaneState.from_json(state["lanes"][str(lane)], n, lane) for lane in spec.owned_lanes}
         if spec.output == "batch":  # else it cannot be iterated: windows are not known yet
             lane_ops = spec.lane_ops()
             for lane, lane_state in lanes.items():

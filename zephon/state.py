@@ -64,29 +64,48 @@ class LaneState:
         }
 
     @staticmethod
-    def from_json(data: dict, num_datasets: int) -> LaneState:
-        try:
-            state = LaneState(
-                int(data["window"]),
-                int(data["delivered"]),
-                int(data["index"]),
-                MixState.from_json(data["mixer"], num_datasets),
-                [int(t) for t in data["tokens"]],
-                [int(t) for t in data["documents"]],
-                {str(k): int(v) for k, v in data.get("counters", {}).items()},
-                _digests(data.get("digests", []), num_datasets),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"malformed lane state {data!r}: {e}") from None
-        counts = [*state.tokens, *state.documents]
-        if len(counts) != 2 * num_datasets or min(state.window, state.delivered, state.index, *counts) < 0:
-            raise ValueError(f"malformed lane state {data!r}")
+    def from_json(data: dict, num_datasets: int, lane: int | str = "?") -> LaneState:
+        """A lane's state from its JSON, refused with the lane and the field where malformed."""
+        where = f"lane {lane}: malformed lane state"
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected a table of fields, got {data!r}")
+
+        def field(name: str, parse, default=None):
+            if name not in data and default is None:
+                raise ValueError(f"{where}: it has no field {name!r}")
+            value = data.get(name, default)
+            try:
+                return parse(value)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"{where}: field {name!r} = {value!r}: {e}") from None
+
+        def counts(value) -> list[int]:
+            out = [int(x) for x in value]
+            if len(out) != num_datasets or min(out, default=0) < 0:
+                raise ValueError(f"expected {num_datasets} counts >= 0, one per dataset")
+            return out
+
+        def whole(value) -> int:
+            if int(value) < 0:
+                raise ValueError("expected a whole number >= 0")
+            return int(value)
+
+        state = LaneState(
+            field("window", whole), field("delivered", whole), field("index", whole),
+            field("mixer", lambda v: MixState.from_json(v, num_datasets)), field("tokens", counts),
+            field("documents", counts), field("counters", _counters, {}),
+            field("digests", lambda v: _digests(v, num_datasets), []),
+        )  # fmt: skip
         if state.delivered > state.index or state.window > state.index:
             raise ValueError(
-                f"malformed lane state {data!r}: a window holds at least one batch, so window and "
-                "delivered cannot exceed index"
+                f"{where}: window = {state.window} and delivered = {state.delivered} cannot exceed index = "
+                f"{state.index} (a window holds at least one batch)"
             )
         return state
+
+
+def _counters(value: dict) -> dict[str, int]:
+    return {str(k): int(n) for k, n in value.items()}
 
 
 def _digests(entries: list, num_datasets: int) -> tuple[tuple[int, int, str], ...]:

@@ -145,9 +145,9 @@ def _damaged(path: str, file: str, error: BaseException) -> ReplayError:
     if failures:
         error = next(iter(failures.values()))[0]
     return ReplayError(
-        f"checkpoint {path} cannot be read: {file}: {type(error).__name__}: {error}. It is damaged or "
-        "incomplete (a save cut short?): move it aside, and the replay starts from the checkpoint "
-        "before it (or the start)"
+        f"checkpoint {path} cannot be read: {file}: {type(error).__name__}: {str(error).rstrip('.')}. It "
+        "is damaged or incomplete (a save cut short?): move it aside, and the replay starts from the "
+        "checkpoint before it (or the start)"
     )
 
 
