@@ -85,8 +85,14 @@ def test_a_binary_file_given_as_a_recipe_is_named(tmp_path):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda s: s["lanes"]["0"].update(window=10**15), "window and delivered cannot exceed index"),
-        (lambda s: s["lanes"]["0"].update(delivered=10**6), "window and delivered cannot exceed index"),
+        (
+            lambda s: s["lanes"]["0"].update(window=10**15),
+            r"lane 0: malformed lane state: window = 1000000000000000 and delivered = 1 cannot exceed index",
+        ),
+        (
+            lambda s: s["lanes"]["0"].update(delivered=10**6),
+            r"lane 0: malformed lane state: window = \d+ and delivered = 1000000 cannot exceed index",
+        ),
         (lambda s: s["lanes"].update({"9": s["lanes"]["0"]}), r"lanes \['9'\] that a recipe of 8 lanes"),
     ],
     ids=["window-beyond-index", "delivered-beyond-index", "lane-beyond-the-recipe"],

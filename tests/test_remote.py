@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import io
 import json
 import os
@@ -9,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pyarrow as pa
@@ -476,3 +478,61 @@ def test_a_one_word_tokenizer_id_is_looked_up_on_the_hub(hub):
 
     with pytest.raises(ValueError, match=r"tokenizer 'bert-base-nothing': no such repo"):
         load_tokenizer("bert-base-nothing")
+
+
+# -- requests at scale: jitter, Retry-After, a cap per process ---------------------------------
+
+
+class _Answer(Exception):
+    """A store's answer as botocore reports it: status and headers."""
+
+    def __init__(self, status: int, headers: dict):
+        super().__init__(f"HTTP {status}")
+        self.response = {"ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": headers}}
+
+
+def test_retries_wait_a_jittered_backoff_and_at_least_what_retry_after_asks():
+    from zephon.io.remote import RetryPolicy, retry_wait
+
+    policy = RetryPolicy(backoff=1.0, max_wait=8.0)
+    slow_down = _Answer(503, {})
+    waits = [retry_wait(3, policy, slow_down) for _ in range(200)]  # backoff 4 s
+    assert 2.0 <= min(waits) < 2.5 and 3.5 < max(waits) <= 4.0, "half of it drawn: ranks spread out"
+    assert retry_wait(1, policy, _Answer(429, {"retry-after": "7"}), draw=lambda: 0.0) == 7.0
+    when = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 28 < retry_wait(1, policy, _Answer(503, {"retry-after": when})) <= 30
+    assert retry_wait(1, policy, _Answer(503, {"retry-after": "soon"}), draw=lambda: 1.0) == 1.0
+
+
+def test_a_process_has_at_most_max_requests_in_flight_however_many_threads_read(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from zephon.io.chunks import Shard
+    from zephon.io.remote import Opener, RemoteFile
+
+    in_flight, most, lock = [0], [0], threading.Lock()
+
+    def request(self, start, stop):
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        time.sleep(0.02)
+        with lock:
+            in_flight[0] -= 1
+        return bytes(stop - start)
+
+    monkeypatch.setattr(RemoteFile, "_request", request)
+    opener = Opener(IOConfig.parse({"max_requests": 3}), {})
+    shard = Shard("s3://corpus/x.jsonl", 1 << 20, "etag")
+
+    def read(i: int) -> bytes:
+        f = RemoteFile(shard, opener)
+        f.seek(i * 1000)
+        return f.read(1000)
+
+    with ThreadPoolExecutor(16) as pool:
+        assert all(len(b) == 1000 for b in pool.map(read, range(64)))
+    assert most[0] == 3
+    assert opener.requests.as_tuple() == (64, 64_000)
+    with pytest.raises(ValueError, match=r"max_requests'\] = 0: at least 1"):
+        IOConfig.parse({"max_requests": 0})

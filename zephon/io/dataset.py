@@ -31,10 +31,10 @@ from zephon.io.remote import (
     IOConfig,
     Opener,
     Requests,
-    RetryPolicy,
     content_version,
     filesystem,
     is_transient,
+    request_slot,
     retrying,
     strong_version,
 )  # fmt: skip
@@ -117,16 +117,16 @@ class Dataset:
 
     def shards(self, io: IOConfig | None = None) -> list[Shard]:
         if "shards" not in self._cache:
-            policy, requests = (io or IOConfig()).retries, self.planning_requests
+            io, requests = io or IOConfig(), self.planning_requests
             if hub.is_hub_split(self.path):
-                shards, fmt = hub.resolve(self.path, policy)
+                shards, fmt = hub.resolve(self.path, io.retries)
                 self._cache["hub_format"] = fmt
             elif self.format == "imagefolder":
                 shards, self._cache["images"] = _list_image_folder(
-                    self.name, self.path, self.storage_options, policy, requests
+                    self.name, self.path, self.storage_options, io, requests
                 )
             else:
-                shards = _list_shards(self.name, self.path, self.storage_options, policy, requests)
+                shards = _list_shards(self.name, self.path, self.storage_options, io, requests)
             self._cache["shards"] = shards
         return self._cache["shards"]
 
@@ -308,7 +308,7 @@ def _list_shards(
     name: str,
     path: str,
     storage_options: dict,
-    policy: RetryPolicy,
+    io: IOConfig,
     requests: Requests,
     every_file: bool = False,
 ) -> list[Shard]:
@@ -316,7 +316,12 @@ def _list_shards(
         fs, root = filesystem(path, storage_options)
     except (ValueError, ImportError) as e:
         raise ValueError(f"dataset {name!r}: cannot open {path}: {e}") from e
-    infos = retrying(f"dataset {name!r} at {path}", lambda: _find(fs, root, every_file), policy)
+
+    def find() -> dict | None:
+        with request_slot(io):
+            return _find(fs, root, every_file)
+
+    infos = retrying(f"dataset {name!r} at {path}", find, io.retries)
     local = get_protocol(path) in ("file", "local")
     # a local folder: its listing and a stat per file; a store: a listing page per 1,000 files
     requests.add(1 + len(infos or ()) if local else max(1, -(-len(infos or ()) // LIST_PAGE)))
@@ -331,16 +336,16 @@ def _list_shards(
             Shard(p, int(infos[p]["size"]), _local_version(p, int(infos[p]["size"]), requests))
             for p in sorted(infos)
         ]
-    return [_remote_shard(name, fs, p, infos[p], policy, requests) for p in sorted(infos)]
+    return [_remote_shard(name, fs, p, infos[p], io, requests) for p in sorted(infos)]
 
 
 def _list_image_folder(
-    name: str, path: str, storage_options: dict, policy: RetryPolicy, requests: Requests
+    name: str, path: str, storage_options: dict, io: IOConfig, requests: Requests
 ) -> tuple[list[Shard], list[Shard]]:
     """A folder of images with its metadata.jsonl: (the metadata files, the image files). Both
     are in the fingerprint (``Dataset.files``); a local image is versioned by its modification
     time, not a sample of its bytes, so that a folder of many images lists fast."""
-    all_shards = _list_shards(name, path, storage_options, policy, requests, every_file=True)
+    all_shards = _list_shards(name, path, storage_options, io, requests, every_file=True)
     metadata = [s for s in all_shards if is_metadata(s.url)]
     images = [s for s in all_shards if is_image(s.url)]
     if not metadata:
@@ -351,7 +356,7 @@ def _list_image_folder(
     return metadata, images
 
 
-def _remote_shard(name: str, fs, path: str, info: dict, policy: RetryPolicy, requests: Requests) -> Shard:
+def _remote_shard(name: str, fs, path: str, info: dict, io: IOConfig, requests: Requests) -> Shard:
     """A remote file's shard; its version is what the store names (VersionId, ETag, blob id), or,
     from a server that names none (an HTTP server without ETag), the digest of all its bytes
     (``content_version``): read once, when the dataset is listed."""
@@ -362,9 +367,12 @@ def _remote_shard(name: str, fs, path: str, info: dict, policy: RetryPolicy, req
         progress = Progress(f"digesting {url}", size >> 20, "MB")
 
         def block(start: int) -> bytes:
-            data = retrying(
-                f"dataset {name!r} at {url}", lambda: fs.cat_file(path, start, start + _BLOCK), policy
-            )
+            def get() -> bytes:
+                with request_slot(io):
+                    return fs.cat_file(path, start, start + _BLOCK)
+
+            data = retrying(f"dataset {name!r} at {url}", get, io.retries)
+            requests.add(1, len(data))
             progress.update(len(data) >> 20)
             return data
 

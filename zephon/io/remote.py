@@ -4,11 +4,15 @@
 
     {"cache": {"enabled": False, "dir": "~/.cache/zephon", "max_bytes": 64 << 30,
                "block_size": 4 << 20},
-     "retries": {"attempts": 6, "backoff": 0.5, "max_wait": 8.0, "budget": 120.0}}
+     "retries": {"attempts": 6, "backoff": 0.5, "max_wait": 8.0, "budget": 120.0},
+     "max_requests": 64}
 
-A transient error (connection refused, timeout, HTTP 408/429/5xx) is retried with exponential
-backoff until ``attempts`` or ``budget`` seconds run out; a permanent one (HTTP 403/404, no such
-file) fails at once. Either way the error names the URL. S3 clients make one attempt per call
+A transient error (connection refused, timeout, HTTP 408/429/5xx, S3's 503 SlowDown) is retried
+with exponential backoff, half of each wait drawn at random (so that the ranks of a job that
+failed together come back spread out), and never sooner than a Retry-After header asks, until
+``attempts`` or ``budget`` seconds run out; a permanent one (HTTP 403/404, no such file) fails at
+once. Either way the error names the URL. A process has at most ``max_requests`` remote requests
+in flight, whatever its threads. S3 clients make one attempt per call
 unless ``storage_options`` set their own retries, so that the budget is the time to fail.
 
 Every range read is bound to the version of the file listed when the run was planned: on S3 by
@@ -21,10 +25,12 @@ Other stores (``hf://`` paths are pinned to a commit) are read without that chec
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import gzip
 import json
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -80,12 +86,16 @@ class CacheConfig:
 class IOConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     retries: RetryPolicy = field(default_factory=RetryPolicy)
+    max_requests: int = 64  # remote requests one process has in flight at once, whatever its threads
 
     @staticmethod
     def parse(options: dict | None) -> IOConfig:
         options = dict(options or {})
         check_table(options, IOConfig, "io_options")
-        built = {}
+        most = options.get("max_requests", IOConfig.max_requests)
+        if most < 1:
+            raise ValueError(f"io_options['max_requests'] = {most}: at least 1 request must be allowed")
+        built = {"max_requests": most}
         for name, cls in (("cache", CacheConfig), ("retries", RetryPolicy)):
             given = options.get(name) or {}
             check_table(given, cls, f"io_options[{name!r}]")
@@ -156,8 +166,63 @@ def _status_in_chain(error: BaseException | None) -> int | None:
     return None
 
 
+_SLOTS: dict[tuple[int, int], threading.BoundedSemaphore] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def request_slot(io: IOConfig):
+    """Hold one of the process's ``io.max_requests`` slots for a remote request: a process asks
+    the store for at most that many things at once, however many threads read."""
+    key = (os.getpid(), io.max_requests)
+    with _SLOTS_LOCK:
+        slots = _SLOTS.setdefault(key, threading.BoundedSemaphore(io.max_requests))
+    with slots:
+        yield
+
+
+def retry_wait(attempt: int, policy: RetryPolicy, error: BaseException | None, draw=random.random) -> float:
+    """Seconds to wait after failed attempt ``attempt``: the backoff, doubling up to
+    ``max_wait``, half of it drawn at random (jitter: the ranks of a job that failed together
+    do not come back together), and at least what the store asked in a Retry-After header."""
+    backoff = min(policy.max_wait, policy.backoff * 2 ** (attempt - 1))
+    wait = backoff / 2 + draw() * backoff / 2
+    asked = retry_after(error)
+    return wait if asked is None else max(wait, asked)
+
+
+def retry_after(error: BaseException | None) -> float | None:
+    """The seconds an HTTP 429 or 503 answer asked the client to wait (Retry-After: seconds or a
+    date), found in the error or its causes; None if none asked."""
+    for _ in range(6):
+        if error is None:
+            return None
+        value = _header(error, "retry-after")
+        if value is not None:
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                with contextlib.suppress(TypeError, ValueError, IndexError):
+                    return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _header(error: BaseException, name: str) -> str | None:
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):  # botocore's ClientError: lower-case header names
+        return response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get(name)
+    for headers in (getattr(response, "headers", None), getattr(error, "headers", None)):
+        if headers is not None and hasattr(headers, "get"):
+            found = headers.get(name) or headers.get(name.title())
+            if found is not None:
+                return str(found)
+    return None
+
+
 def retrying(what: str, fn: Callable[[], T], policy: RetryPolicy) -> T:
-    """``fn()``, retried on transient errors within ``policy``; errors name ``what``."""
+    """``fn()``, retried on transient errors within ``policy`` (see ``retry_wait``); errors
+    name ``what``."""
     start, attempt = time.monotonic(), 0
     while True:
         attempt += 1
@@ -170,7 +235,7 @@ def retrying(what: str, fn: Callable[[], T], policy: RetryPolicy) -> T:
                     raise
                 raise permanent from e
             elapsed = time.monotonic() - start
-            wait = min(policy.max_wait, policy.backoff * 2 ** (attempt - 1))
+            wait = retry_wait(attempt, policy, e)
             if attempt >= policy.attempts or elapsed + wait > policy.budget:
                 raise RemoteUnavailableError(
                     f"{what}: still failing after {attempt} attempts in {elapsed:.1f}s "
@@ -340,6 +405,10 @@ class RemoteFile:
         )
 
     def _fetch_once(self, start: int, stop: int) -> bytes:
+        with request_slot(self.opener.io):
+            return self._request(start, stop)
+
+    def _request(self, start: int, stop: int) -> bytes:
         try:
             if self._fs is None:
                 self._fs, self._path = self.opener.filesystem(self.shard.url)
