@@ -14,6 +14,7 @@ of chunks; ``nbytes`` tells.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -158,8 +159,36 @@ def make_plan(datasets: list[Dataset], num_lanes: int, chunk_size: int | None, c
               io_config, map_fn=map) -> JobPlan:  # fmt: skip
     """List and plan every dataset (the store's requests of a job start), with progress lines."""
     start = time.monotonic()
+    before = {d.name: d.planning_requests.as_tuple() for d in datasets}
     entries = [d.planned(num_lanes, chunk_size, chunk_bytes, io_config, map_fn) for d in datasets]
-    plan = JobPlan(JobPlan.identity(datasets, num_lanes, chunk_size, chunk_bytes), entries,
-                   {"seconds": round(time.monotonic() - start, 3)})  # fmt: skip
-    log.info("zephon: planned %s in %.1f s", plan.summary(), plan.stats["seconds"])
+    cost = {d.name: [now - was for now, was in zip(d.planning_requests.as_tuple(), before[d.name], strict=True)]
+            for d in datasets}  # fmt: skip
+    stats = {"seconds": round(time.monotonic() - start, 3), "requests": cost}
+    plan = JobPlan(JobPlan.identity(datasets, num_lanes, chunk_size, chunk_bytes), entries, stats)
+    requests = sum(r for r, _ in cost.values())
+    log.info(
+        "zephon: planned %s in %.1f s (%d requests to the stores)", plan.summary(), stats["seconds"], requests
+    )
     return plan
+
+
+def changes(plan: JobPlan, datasets: list[Dataset], io_config) -> list[str]:
+    """What the store's listing says changed since ``plan`` was made: each dataset listed again
+    (names, sizes and versions; no metadata read). Empty: the plan still holds."""
+    found = []
+    for entry, dataset in zip(plan.datasets, datasets, strict=True):
+        fresh = dataclasses.replace(dataset, _cache={})
+        was, now = list(entry.files) + list(entry.images or ()), list(fresh.files(io_config))
+        if was != now:
+            found.append(_difference(entry.name, was, now))
+        dataset.planning_requests.add(*fresh.planning_requests.as_tuple())
+    return found
+
+
+def _difference(name: str, was: list, now: list) -> str:
+    before, after = {s.url: s for s in was}, {s.url: s for s in now}
+    added, removed = sorted(after.keys() - before.keys()), sorted(before.keys() - after.keys())
+    changed = sorted(url for url in before.keys() & after.keys() if before[url] != after[url])
+    parts = [f"{len(urls)} {what} (first {urls[0]})" for urls, what in
+             ((changed, "changed"), (added, "added"), (removed, "removed")) if urls]  # fmt: skip
+    return f"dataset {name!r}: files " + ", ".join(parts)

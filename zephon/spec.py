@@ -93,12 +93,19 @@ class RunSpec:
             plan = make_plan(datasets, *chunking, options.io, thread_map)
         else:
             plan = self.job_plan
-            plan.check(JobPlan.identity(datasets, *chunking))
+            plan.check(self.plan_identity())
         for dataset, entry in zip(datasets, plan.datasets, strict=True):
             dataset.adopt(entry, *chunking)
         self._check_image_field()
         self._check_text_field()
         return plan
+
+    def plan_identity(self) -> dict:
+        """What of this recipe its job plan depends on (see ``JobPlan.identity``)."""
+        options = self.options
+        return JobPlan.identity(
+            self.source.datasets, options.num_lanes, options.chunk_size, options.chunk_bytes
+        )
 
     def lane_plan(self) -> LanePlan:
         """Which chunk of each dataset every lane reads: from the job plan, once per run."""

@@ -32,6 +32,7 @@ from zephon.fingerprint import diff
 from zephon.torchtitan import metrics
 from zephon.torchtitan.checks import check_batch_geometry
 from zephon.torchtitan.digests import StepDigestWriter
+from zephon.torchtitan.planning import plan_path, shared_plan
 from zephon.torchtitan.recipe import build_pipeline, load_recipe
 from zephon.torchtitan.skips import SkipPlan, range_text
 
@@ -62,6 +63,9 @@ class ZephonDataLoader(BaseDataLoader):
         command line (see zephon.torchtitan.skips)."""
         log_freq: int = 0
         """Set from metrics.log_freq by zephon's job config: per-dataset metrics at log steps; 0: off."""
+        plan_folder: str = ""
+        """Where the job keeps its job plan between starts (set to <dump_folder>/zephon/plans by
+        zephon's job config); empty: planned at every start (once per job, by rank 0)."""
 
     def __init__(
         self,
@@ -88,10 +92,12 @@ class ZephonDataLoader(BaseDataLoader):
             local_batch_size=local_batch_size,
             global_batch_size=config.global_batch_size,
         )
-        self.pipeline = build_pipeline(
+        pipeline = build_pipeline(
             self.recipe, dp_rank=dp_rank, dp_world_size=dp_world_size, seq_len=seq_len,
             microbatch_size=local_batch_size,
         )  # fmt: skip
+        path = plan_path(config.plan_folder, pipeline) if config.plan_folder else ""
+        self.pipeline = pipeline.with_plan(shared_plan(pipeline, path))  # one plan per job
         self.dp_rank, self.dp_world_size = dp_rank, dp_world_size
         self.digests = StepDigestWriter(config.digest_file, dp_world_size) if config.digest_file else None
         self.skips = SkipPlan(config.skip_steps)

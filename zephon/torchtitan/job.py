@@ -181,6 +181,8 @@ def finish(config) -> None:
     loader = config.dataloader
     if getattr(loader, "digest_file", "") and not os.path.isabs(loader.digest_file):
         loader.digest_file = os.path.join(config.dump_folder, loader.digest_file)
+    if hasattr(loader, "plan_folder") and not loader.plan_folder:
+        loader.plan_folder = os.path.join(config.dump_folder, "zephon", "plans")
     if hasattr(loader, "global_batch_size"):
         loader.global_batch_size = config.training.global_batch_size
     if not isinstance(loader, ZephonDataLoader.Config):  # torchtitan's loader, for comparisons
