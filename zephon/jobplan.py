@@ -159,15 +159,16 @@ def make_plan(datasets: list[Dataset], num_lanes: int, chunk_size: int | None, c
               io_config, map_fn=map) -> JobPlan:  # fmt: skip
     """List and plan every dataset (the store's requests of a job start), with progress lines."""
     start = time.monotonic()
-    before = {d.name: d.planning_requests.as_tuple() for d in datasets}
+    before = [d.planning_requests.as_tuple() for d in datasets]
     entries = [d.planned(num_lanes, chunk_size, chunk_bytes, io_config, map_fn) for d in datasets]
-    cost = {d.name: [now - was for now, was in zip(d.planning_requests.as_tuple(), before[d.name], strict=True)]
-            for d in datasets}  # fmt: skip
+    cost = {}
+    for d, (requests, nbytes) in zip(datasets, before, strict=True):
+        cost[d.name] = [d.planning_requests.requests - requests, d.planning_requests.bytes - nbytes]
     stats = {"seconds": round(time.monotonic() - start, 3), "requests": cost}
     plan = JobPlan(JobPlan.identity(datasets, num_lanes, chunk_size, chunk_bytes), entries, stats)
-    requests = sum(r for r, _ in cost.values())
+    total = sum(r for r, _ in cost.values())
     log.info(
-        "zephon: planned %s in %.1f s (%d requests to the stores)", plan.summary(), stats["seconds"], requests
+        "zephon: planned %s in %.1f s (%d requests to the stores)", plan.summary(), stats["seconds"], total
     )
     return plan
 
