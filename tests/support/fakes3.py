@@ -3,7 +3,7 @@ bytes and injects 403 AccessDenied for any key containing "/forbidden/".
 
     server = CountingMotoServer(port=0); server.start()
     host, port = server.get_host_and_port()   # endpoint_url = f"http://{host}:{port}"
-    server.bytes_served / server.log / server.reset()
+    server.bytes_served / server.log / server.agents (each request's User-Agent) / server.reset()
     server, storage_options = moto_s3()        # started, with bucket "corpus"
 """
 
@@ -25,6 +25,7 @@ class CountingMotoServer(ThreadedMotoServer):
     def __init__(self, ip_address: str = "127.0.0.1", port: int = 0, verbose: bool = False):
         super().__init__(ip_address=ip_address, port=port, verbose=verbose)
         self.log: list[tuple[str, str, str | None, int, int]] = []  # method, path, range, status, bytes
+        self.agents: list[str] = []  # each logged request's User-Agent
         self._lock = threading.Lock()
 
     @property
@@ -35,6 +36,7 @@ class CountingMotoServer(ThreadedMotoServer):
     def reset(self) -> None:
         with self._lock:
             self.log.clear()
+            self.agents.clear()
 
     def _wrap(self, app):
         def middleware(environ, start_response):
@@ -54,6 +56,7 @@ class CountingMotoServer(ThreadedMotoServer):
                 )
                 with self._lock:
                     self.log.append((method, path, rng, 403, len(body)))
+                    self.agents.append(environ.get("HTTP_USER_AGENT", ""))
                 return [body]
             n = 0
             chunks = []
@@ -64,6 +67,7 @@ class CountingMotoServer(ThreadedMotoServer):
                 self.log.append(
                     (method, path, rng, status_holder.get("status", 0), n if method != "HEAD" else 0)
                 )
+                self.agents.append(environ.get("HTTP_USER_AGENT", ""))
             return chunks
 
         return middleware

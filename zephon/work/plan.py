@@ -34,7 +34,9 @@ class ChunkDealer:
             perm = self._epochs.get(epoch)
             if perm is None:
                 rng = np.random.default_rng(seed_sequence(self.seed, self.name, epoch))
-                perm = self._epochs[epoch] = rng.permutation(self.num_chunks)
+                perm = rng.permutation(self.num_chunks)
+                # the same values in half the memory (4 bytes a chunk) where they fit
+                perm = self._epochs[epoch] = perm.astype(np.int32) if self.num_chunks < 1 << 31 else perm
                 for old in sorted(self._epochs)[:-4]:
                     del self._epochs[old]
             return perm
