@@ -3,14 +3,39 @@
 #   NGPU=2 CONFIG_FILE=train_configs/llama3_debug.toml ./run_train.sh [--section.field value ...]
 # NGPU: processes (default: the GPUs present, else 2); CONFIG_FILE: the job config;
 # LOG_RANK: ranks whose output is shown (default 0). Extra arguments go to the trainer.
+#
+# Many nodes: run it on every node with the same NNODES, RDZV_ENDPOINT and arguments, and each
+# node's NODE_RANK (0 .. NNODES-1); the dump folder (checkpoints, job plan, digests) on storage
+# that every node shares:
+#   NNODES=2 NODE_RANK=0 RDZV_ENDPOINT=node0:29400 NGPU=8 ./run_train.sh ...   # on node0
+#   NNODES=2 NODE_RANK=1 RDZV_ENDPOINT=node0:29400 NGPU=8 ./run_train.sh ...   # on node1
+# NNODES: nodes (default 1); RDZV_ENDPOINT: host:port of torchrun's c10d rendezvous (default
+# localhost:0, a free port: one node only), a fixed port on node 0 that every node can reach;
+# NODE_RANK: 0 on the node that hosts it (torchrun's is_host), any other on the rest. Global ranks
+# follow the order in which the nodes join, not NODE_RANK (torchrun uses it with static
+# rendezvous only), and the data does not depend on them.
+# Several nodes on one machine (scripts/multinode_rehearsal.py): RDZV_ENDPOINT=127.0.0.1:PORT, a
+# free PORT per job; nothing else is needed (GLOO_SOCKET_IFNAME=lo keeps gloo off other
+# interfaces). Across machines with several interfaces, GLOO_SOCKET_IFNAME (CPU) or
+# NCCL_SOCKET_IFNAME names the one the nodes reach each other on. At exit the nodes that did not
+# host the rendezvous may warn "failed to shutdown the rendezvous": harmless.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 NGPU=${NGPU:-$(python -c "import torch; print(torch.cuda.device_count() or 2)")}
 CONFIG_FILE=${CONFIG_FILE:-"./train_configs/llama3_debug.toml"}
 LOG_RANK=${LOG_RANK:-0}
+NNODES=${NNODES:-1}
+NODE_RANK=${NODE_RANK:-0}
+RDZV_ENDPOINT=${RDZV_ENDPOINT:-"localhost:0"}
+
+NODES=()  # one node: torchrun's command line as it always was
+if [[ "${NNODES}" != 1 ]]; then
+    # node 0 hosts the rendezvous, the others join it: said, not guessed from host names
+    NODES=(--nnodes="${NNODES}" --rdzv_conf="is_host=$([[ "${NODE_RANK}" == 0 ]] && echo 1 || echo 0)")
+fi
 
 PYTORCH_ALLOC_CONF="expandable_segments:True" \
-torchrun --nproc_per_node="${NGPU}" --rdzv_backend c10d --rdzv_endpoint="localhost:0" \
+torchrun --nproc_per_node="${NGPU}" "${NODES[@]}" --rdzv_backend c10d --rdzv_endpoint="${RDZV_ENDPOINT}" \
     --local-ranks-filter "${LOG_RANK}" --role rank --tee 3 \
     -m zephon.torchtitan.train --job.config_file "${CONFIG_FILE}" "$@"

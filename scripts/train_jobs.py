@@ -7,9 +7,14 @@ find it through ``tests/conftest.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
+import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = "train_configs/llama3_debug.toml"
@@ -23,6 +28,47 @@ def run_train(
     cmd = ["./run_train.sh", "--dump_folder", dump, "--metrics.disable_color_printing", *args]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     return result.returncode, result.stdout + result.stderr
+
+
+def run_train_nodes(
+    nnodes: int, ngpu: int, dump: str, *args: str, config: str = CONFIG, timeout: int | None = 600
+) -> tuple[list[int], list[str]]:
+    """``nnodes`` launchers of ``run_train.sh`` on this machine, as ``nnodes`` nodes of one job
+    (``NNODES``, ``NODE_RANK``, a rendezvous on 127.0.0.1 at a free port, gloo on the loopback
+    interface): (each node's exit code, each node's output)."""
+    env = dict(os.environ, NGPU=str(ngpu), CONFIG_FILE=config, NNODES=str(nnodes), GLOO_SOCKET_IFNAME="lo")
+    env["RDZV_ENDPOINT"] = f"127.0.0.1:{free_port()}"
+    cmd = ["./run_train.sh", "--dump_folder", dump, "--metrics.disable_color_printing", *args]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with contextlib.ExitStack() as stack:
+        logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in range(nnodes)]  # never blocks
+        nodes = [_launch(cmd, dict(env, NODE_RANK=str(rank)), logs[rank]) for rank in range(nnodes)]
+        try:
+            for node in nodes:
+                node.wait(timeout=None if deadline is None else max(deadline - time.monotonic(), 0.1))
+        finally:
+            for node in nodes:  # a node that timed out, or whose peer did, takes its ranks down with it
+                if node.poll() is None:
+                    os.killpg(node.pid, signal.SIGTERM)
+                    node.wait()
+        outputs = []
+        for log in logs:
+            log.seek(0)
+            outputs.append(log.read())
+    return [node.returncode for node in nodes], outputs
+
+
+def _launch(cmd: list[str], env: dict, log) -> subprocess.Popen:
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def digest_lines(dump: str) -> list[dict]:
