@@ -53,13 +53,3 @@ def test_a_restart_on_1_or_4_ranks_only_lists_the_files_before_reading_chunks(re
         assert (kinds["list"], kinds["head"]) == (2, 1), ngpu
         # after the listing: chunks, and each process's footer reads (at most one per file)
         assert kinds["footer"] <= ngpu * 4 and kinds["read"] > 0, ngpu
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="a rank reads the footer of each Parquet file it reads chunks of (once per process): "
-    "the job plan keeps chunk tables, not footers, so these requests grow with the rank count",
-)
-def test_ranks_reading_planned_chunks_read_no_parquet_footer(rehearsal):
-    for start in (rehearsal.nodes, *rehearsal.resumed.values()):
-        assert rehearsal.phases(start)["footer, read"] == 0
