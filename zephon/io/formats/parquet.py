@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from zephon.io.chunks import Shard, Span, rows_within
+from zephon.io.chunks import Group, Shard
 from zephon.io.formats.base import LRU, ChunkRead, Format, content_digest
 
 if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: not at zephon's import
@@ -44,17 +44,12 @@ class ParquetFormat(Format):
     def schema_names(self, shard: Shard, opener) -> list[str]:
         return list(self.footer(shard, opener).schema.to_arrow_schema().names)
 
-    def rows(self, shard: Shard, opener) -> int:
-        return self.footer(shard, opener).num_rows
-
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[Span]:
-        metadata, spans = self.footer(shard, opener), []
-        for i, (start, stop) in enumerate(row_group_bounds(metadata)):
-            group = metadata.row_group(i)
-            spans.append(
-                (start, stop, rows_within(chunk_size, chunk_bytes, group.num_rows, group.total_byte_size))
-            )
-        return spans
+    def groups(self, shard: Shard, opener) -> list[Group]:
+        metadata = self.footer(shard, opener)
+        return [
+            (start, stop, metadata.row_group(i).total_byte_size)
+            for i, (start, stop) in enumerate(row_group_bounds(metadata))
+        ]
 
     def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         bounds = row_group_bounds(self.footer(shard, opener))
