@@ -5,16 +5,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from zephon.io.chunks import Group, Shard
-from zephon.io.formats.base import LRU, ChunkRead, Format, content_digest
+from zephon.io.formats.base import LRU, ChunkRead, DataError, Format, content_digest
 
 if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: not at zephon's import
     import pyarrow as pa
     import pyarrow.parquet as pq
 
 _FOOTERS = LRU(256)
+TAIL = 64 << 10  # the bytes read from a file's end for its footer: most footers fit
 # decoded row groups, shared by the process's threads: a row group of images (a few MB) holds many
 # chunks, which different lanes and workers read; bounded by bytes, as text row groups can be large
 _ROW_GROUPS = LRU(16, max_bytes=512 << 20, weigh=lambda table: table.nbytes)
+
+
+def _tail(f, size: int, n: int) -> bytes:
+    """The last ``n`` bytes of the open file ``f`` of ``size`` bytes (all of a smaller one)."""
+    f.seek(max(0, size - n))
+    return f.read(n)
 
 
 def row_group_bounds(metadata: pq.FileMetaData) -> list[tuple[int, int]]:
@@ -31,13 +38,24 @@ class ParquetFormat(Format):
     unit = "rows"
 
     def footer(self, shard: Shard, opener) -> pq.FileMetaData:
+        """The file's metadata, read with one request where it fits in the file's last 64 KiB
+        (the size is the listing's): a plan of a million files asks the store a million times,
+        not two million."""
         key = (shard.url, shard.size, shard.version)
         metadata = _FOOTERS.get(key)
         if metadata is None:
-            with opener.open(shard) as f:
-                import pyarrow.parquet as pq
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-                metadata = pq.ParquetFile(f).metadata
+            with opener.open(shard) as f:
+                tail = _tail(f, shard.size, TAIL)
+                need = int.from_bytes(tail[-8:-4], "little") + 8 if len(tail) >= 8 else 0
+                if len(tail) < need <= shard.size:  # a footer larger than the tail: the rest of it
+                    tail = _tail(f, shard.size, need)
+            try:
+                metadata = pq.ParquetFile(pa.BufferReader(tail)).metadata
+            except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+                raise DataError(f"{shard.url}: not a readable Parquet file ({e})") from None
             _FOOTERS.put(key, metadata)
         return metadata
 
