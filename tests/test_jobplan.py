@@ -121,3 +121,20 @@ def test_an_s3_run_with_a_plan_sends_the_store_no_listing_nor_planning_read(s3, 
     run = list(server.log)
     assert any(method == "GET" and rng is None for method, _, rng, _, _ in planning), "planning lists"
     assert [r for r in run if r[0] != "GET" or r[2] is None] == [], "with a plan: range reads only"
+
+
+def test_a_plan_whose_metadata_three_processes_read_is_the_plan_one_makes_alone(local, gpt2):
+    from zephon.jobplan import from_groups, groups, listing
+
+    alone = _pipeline(_datasets(local), gpt2).plan()
+    spec = _pipeline(_datasets(local), gpt2).spec()
+    listed = JobPlan.from_bytes(listing(spec.source.datasets, 4, None, None, spec.options.io).to_bytes())
+    parts = []
+    for share in range(3):  # each as another process would: its own datasets, the shared listing
+        datasets = _pipeline(_datasets(local), gpt2).spec().source.datasets
+        parts.append(groups(listed, datasets, share, 3, spec.options.io))
+    assert all(len(part[1]) == 1 for part in parts), "each process read one Parquet file's footer"
+    made = from_groups(listed, _pipeline(_datasets(local), gpt2).spec().source.datasets, parts)
+    for a, b in zip(alone.datasets, made.datasets, strict=True):
+        assert list(a.files) == list(b.files) and (a.chunks.ranges() == b.chunks.ranges()).all()
+    assert made.recipe == alone.recipe

@@ -193,3 +193,49 @@ def _difference(name: str, was: list, now: list) -> str:
     parts = [f"{len(urls)} {what} (first {urls[0]})" for urls, what in
              ((changed, "changed"), (added, "added"), (removed, "removed")) if urls]  # fmt: skip
     return f"dataset {name!r}: files " + ", ".join(parts)
+
+
+# -- one plan made by many processes ---------------------------------------------------------------
+#
+# A job of many ranks can split a plan's metadata reads (Parquet footers, Arrow batches, tar
+# headers: one or two requests a file) over its ranks: one process lists (``listing``) and shares
+# the listing, every rank reads the metadata of its share of the files (``groups``), the ranks
+# exchange what they read, and each makes the same plan from it (``from_groups``).
+
+
+def listing(datasets: list[Dataset], num_lanes: int, chunk_size: int | None, chunk_bytes: int | None,
+            io_config) -> JobPlan:  # fmt: skip
+    """The datasets listed (files, formats, fields), their chunks not planned yet."""
+    start = time.monotonic()
+    entries = [d.listed(io_config) for d in datasets]
+    stats = {"seconds": round(time.monotonic() - start, 3)}
+    return JobPlan(JobPlan.identity(datasets, num_lanes, chunk_size, chunk_bytes), entries, stats)
+
+
+def groups(listed: JobPlan, datasets: list[Dataset], share: int, shares: int, io_config,
+           map_fn=map) -> list[dict[int, list]]:  # fmt: skip
+    """Per dataset, the groups of files ``share``, ``share + shares``, ... (``Format.groups``):
+    this process's part of the metadata reads, the datasets taking ``listed`` first."""
+    chunking = listed.recipe["num_lanes"], listed.recipe["chunk_size"], listed.recipe["chunk_bytes"]
+    out = []
+    for dataset, entry in zip(datasets, listed.datasets, strict=True):
+        dataset.adopt(entry, *chunking)
+        mine = range(share, len(dataset.plain_shards(io_config)), shares)
+        out.append(
+            dict(zip(mine, map_fn(lambda i, d=dataset: d.file_groups(i, io_config), mine), strict=True))
+        )
+    return out
+
+
+def from_groups(listed: JobPlan, datasets: list[Dataset], parts: list[list[dict[int, list]]],
+                seconds: float = 0.0) -> JobPlan:  # fmt: skip
+    """The plan made from ``listed`` and every process's ``groups`` (``parts``): the same on
+    every process that has them."""
+    recipe = listed.recipe
+    entries = []
+    for d, (dataset, entry) in enumerate(zip(datasets, listed.datasets, strict=True)):
+        found = {i: g for part in parts for i, g in part[d].items()}
+        files = [found[i] for i in range(len(found))]
+        table = dataset.chunk_table(files, recipe["num_lanes"], recipe["chunk_size"], recipe["chunk_bytes"])
+        entries.append(dataclasses.replace(entry, chunks=table))
+    return JobPlan(recipe, entries, {"seconds": round(seconds, 3), "split": len(parts)})

@@ -105,7 +105,7 @@ class Chunk:
         return self.stop - self.start
 
 
-Span = tuple[int, int, int]  # (start, stop, step): [start, stop) cut into chunks of step (the last shorter)
+Group = tuple[int, int, int]  # (start, stop, bytes): a file's piece as its metadata tells (zephon.io.formats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,3 +198,21 @@ def rows_within(chunk_rows: int, chunk_bytes: int, group_rows: int, group_bytes:
     """Rows per chunk inside a row group of ``group_rows`` rows and ``group_bytes`` bytes."""
     per_row = group_bytes / max(1, group_rows)
     return max(1, min(chunk_rows, int(chunk_bytes // per_row) if per_row else chunk_rows))
+
+
+def chunk_table(unit: str, groups: list[list[Group]], num_lanes: int, chunk_size: int | None,
+                chunk_bytes: int | None) -> ChunkTable:  # fmt: skip
+    """A dataset's chunks from its files' groups (``groups[i]``: file ``i``'s), in the format's
+    ``unit``: rows (at most ``chunk_size`` a chunk and about ``chunk_bytes``) or bytes (about
+    ``chunk_bytes``); either unset is chosen from the dataset's size and ``num_lanes``. A pure
+    function: every process that has the groups makes the same table."""
+    if unit == "rows":
+        size = chunk_size or auto_chunk_rows(sum(b - a for file in groups for a, b, _ in file), num_lanes)
+        step = chunk_bytes or MAX_CHUNK_BYTES
+        spans = [
+            (i, a, b, rows_within(size, step, b - a, n)) for i, file in enumerate(groups) for a, b, n in file
+        ]
+    else:
+        step = chunk_bytes or auto_chunk_bytes(sum(n for file in groups for _, _, n in file), num_lanes)
+        spans = [(i, a, b, step) for i, file in enumerate(groups) for a, b, _ in file]
+    return ChunkTable.from_spans(spans)

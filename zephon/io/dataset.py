@@ -9,18 +9,19 @@ import re
 from dataclasses import dataclass, field
 
 import fsspec
+import numpy as np
 from fsspec.utils import get_protocol
 
 from zephon.io import hub
-from zephon.io.chunks import (
-    MAX_CHUNK_BYTES,
+from zephon.io.chunks import (  # fmt: skip
     Chunk,
     ChunkTable,
     FileTable,
+    Group,
     Shard,
     auto_chunk_bytes,
-    auto_chunk_rows,
-)  # fmt: skip
+    chunk_table,
+)
 from zephon.io.formats import ChunkRead, DataError, Format, Records, format_for, split_suffix
 from zephon.io.formats.base import content_digest
 from zephon.io.formats.imagefolder import is_image, is_metadata
@@ -157,31 +158,43 @@ class Dataset:
         """
         key = "chunks", num_lanes, chunk_size, chunk_bytes
         if key not in self._cache:
-            fmt, shards = self.plain_format(io), self.plain_shards(io)
-            opener = self.opener(io)
-            progress = Progress(f"planning {self.name}", len(shards), "files")
-
-            def rows(i: int) -> int | None:
-                self._check_columns(fmt.schema_names(shards[i], opener), shards[i])
-                progress.update()
-                return fmt.rows(shards[i], opener)
-
-            counts = list(map_fn(rows, range(len(shards))))
-            if fmt.unit == "rows":
-                size = chunk_size or auto_chunk_rows(sum(counts), num_lanes)
-                step = chunk_bytes or MAX_CHUNK_BYTES
+            shards, fmt = self.plain_shards(io), self.plain_format(io)
+            if fmt.unit == "bytes":  # the listing's sizes are all it takes
+                sizes = shards.sizes if isinstance(shards, FileTable) else np.array([s.size for s in shards])
+                self._cache[key] = self._byte_chunks(sizes.astype(np.int64), num_lanes, chunk_bytes)
             else:
-                size, step = 0, chunk_bytes or auto_chunk_bytes(sum(s.size for s in shards), num_lanes)
-            spans = [
-                (i, a, b, c)
-                for i, found in enumerate(map_fn(lambda s: fmt.plan(s, size, step, opener), shards))
-                for a, b, c in found
-            ]
-            table = ChunkTable.from_spans(spans)
-            if not len(table):
-                raise ValueError(f"dataset {self.name!r} has no records: {self.path}")
-            self._cache[key] = table
+                groups = list(map_fn(lambda i: self.file_groups(i, io), range(len(shards))))
+                self._cache[key] = self.chunk_table(groups, num_lanes, chunk_size, chunk_bytes)
         return self._cache[key]
+
+    def file_groups(self, i: int, io: IOConfig | None = None) -> list[Group]:
+        """File ``i``'s groups (see ``Format.groups``), its columns checked: one file's planning
+        read, for a metadata format (none for a line format)."""
+        fmt, shard, opener = self.plain_format(io), self.plain_shards(io)[i], self.opener(io)
+        self._check_columns(fmt.schema_names(shard, opener), shard)
+        groups = fmt.groups(shard, opener)
+        self._cache.setdefault(
+            "progress", Progress(f"planning {self.name}", len(self.plain_shards(io)), "files")
+        ).update()
+        return groups
+
+    def _byte_chunks(self, sizes: np.ndarray, num_lanes: int, chunk_bytes: int | None) -> ChunkTable:
+        """A line format's chunks from its files' sizes alone, as arrays: what ``chunk_table``
+        makes of its groups, for a million files in a second."""
+        step = chunk_bytes or auto_chunk_bytes(int(sizes.sum()), num_lanes)
+        zeros = np.zeros(len(sizes), np.int64)
+        table = ChunkTable.of(np.arange(len(sizes), dtype=np.int32), zeros, sizes, zeros + step)
+        if not len(table):
+            raise ValueError(f"dataset {self.name!r} has no records: {self.path}")
+        return table
+
+    def chunk_table(self, groups: list[list[Group]], num_lanes: int, chunk_size: int | None,
+                    chunk_bytes: int | None) -> ChunkTable:  # fmt: skip
+        """The chunks of the files whose groups are ``groups`` (zephon.io.chunks.chunk_table)."""
+        table = chunk_table(self.plain_format().unit, groups, num_lanes, chunk_size, chunk_bytes)
+        if not len(table):
+            raise ValueError(f"dataset {self.name!r} has no records: {self.path}")
+        return table
 
     def plain_shards(self, io: IOConfig | None = None) -> list[Shard]:
         """The shards as read: a compressed line file's decompressed copy in the local cache."""
@@ -219,24 +232,31 @@ class Dataset:
     def planned(self, num_lanes: int, chunk_size: int | None, chunk_bytes: int | None, io: IOConfig | None,
                 map_fn=map) -> DatasetPlan:  # fmt: skip
         """This dataset listed and planned, as a job plan holds it (zephon.jobplan)."""
-        chunks = self.chunks(num_lanes, chunk_size, chunk_bytes, io, map_fn)
+        return self.listed(io, self.chunks(num_lanes, chunk_size, chunk_bytes, io, map_fn))
+
+    def listed(self, io: IOConfig | None, chunks: ChunkTable | None = None) -> DatasetPlan:
+        """This dataset's listing (files, format, fields) as a job plan holds it, with ``chunks``
+        where they are planned (else none: a listing to share before planning)."""
         fmt, images = self.file_format(io), self._cache.get("images")
         return DatasetPlan(
             self.name, fmt.name, fmt.compression, FileTable.of(self.shards(io)),
-            FileTable.of(images) if images is not None else None, self.field_names(io), chunks,
+            FileTable.of(images) if images is not None else None, self.field_names(io),
+            chunks if chunks is not None else ChunkTable.from_spans([]),
         )  # fmt: skip
 
     def adopt(
         self, plan: DatasetPlan, num_lanes: int, chunk_size: int | None, chunk_bytes: int | None
     ) -> None:
-        """Take the listing and metadata from ``plan`` (made for this dataset): no request made."""
+        """Take the listing and metadata from ``plan`` (made for this dataset): no request made;
+        its chunks too, where it has them."""
         self._cache["shards"] = plan.files
         fmt = format_for(plan.format, plan.compression)
         if plan.images is not None:
             self._cache["images"] = list(plan.images)
             fmt.bind(self._cache["images"])
         self._cache["format"], self._cache["fields"] = fmt, plan.fields
-        self._cache["chunks", num_lanes, chunk_size, chunk_bytes] = plan.chunks
+        if len(plan.chunks):
+            self._cache["chunks", num_lanes, chunk_size, chunk_bytes] = plan.chunks
 
     def opener(self, io: IOConfig | None = None, requests: Requests | None = None) -> Opener:
         """Opens this dataset's files; what it reads counts in ``requests`` (by default the

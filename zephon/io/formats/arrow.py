@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from zephon.io.chunks import Shard, Span, rows_within
+from zephon.io.chunks import Group, Shard
 from zephon.io.formats.base import LRU, ChunkRead, Format, content_digest
 
 if TYPE_CHECKING:  # pyarrow is imported where an Arrow file is read: not at zephon's import
@@ -46,21 +46,12 @@ class ArrowFormat(Format):
         batches = _batches(shard, opener)
         return list(batches[0].schema.names) if batches else []
 
-    def rows(self, shard: Shard, opener) -> int:
-        return sum(b.num_rows for b in _batches(shard, opener))
-
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[Span]:
-        spans, start = [], 0
+    def groups(self, shard: Shard, opener) -> list[Group]:
+        groups, start = [], 0
         for batch in _batches(shard, opener):
-            spans.append(
-                (
-                    start,
-                    start + batch.num_rows,
-                    rows_within(chunk_size, chunk_bytes, batch.num_rows, batch.nbytes),
-                )
-            )
+            groups.append((start, start + batch.num_rows, batch.nbytes))
             start += batch.num_rows
-        return spans
+        return groups
 
     def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         offset = 0

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from zephon.io.chunks import Shard, Span
+from zephon.io.chunks import Group, Shard
 
 Records = list[dict[str, Any]]
 
@@ -60,14 +60,11 @@ class Format(ABC):
         self.compression = compression
 
     @abstractmethod
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[Span]:
-        """The spans of ``shard`` from its metadata, in this format's unit: ``(start, stop,
-        step)``, cut into chunks of at most ``chunk_size`` rows (row formats) and about
-        ``chunk_bytes`` bytes (see ``zephon.io.chunks.ChunkTable``)."""
-
-    def rows(self, shard: Shard, opener) -> int | None:
-        """Rows of ``shard`` from its metadata (row formats), else None."""
-        return None
+    def groups(self, shard: Shard, opener) -> list[Group]:
+        """What chunking needs of ``shard``, from its metadata: its groups ``(start, stop,
+        bytes)`` in this format's unit (a Parquet row group, an Arrow record batch, a tar's
+        samples: rows; a line file: its bytes), each cut into chunks by
+        ``zephon.io.chunks.chunk_table``."""
 
     def schema_names(self, shard: Shard, opener) -> list[str] | None:
         """The field names of ``shard`` from its metadata, or None if it has no schema."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from zephon.io.chunks import Shard, Span
+from zephon.io.chunks import Group, Shard
 from zephon.io.formats.base import BadRecord, ChunkRead, DataError, Format, Records, content_digest
 
 _TAIL = 64 << 10  # read-ahead to finish a chunk's last line
@@ -23,9 +23,9 @@ _BLANK = " \t\n\r\x0b\x0c"  # what bytes.strip() removes: a line of these is no 
 class _LineFormat(Format):
     unit = "bytes"
 
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[Span]:
+    def groups(self, shard: Shard, opener) -> list[Group]:
         assert not self.compression, "compressed files are planned through their plain copy"
-        return [(0, shard.size, chunk_bytes)]
+        return [(0, shard.size, shard.size)]  # from the listing: nothing read
 
     def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         assert not self.compression, "compressed files are read through their plain copy"

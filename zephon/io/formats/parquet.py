@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from zephon.io.chunks import Shard, Span, rows_within
-from zephon.io.formats.base import LRU, ChunkRead, Format, content_digest
+from zephon.io.chunks import Group, Shard
+from zephon.io.formats.base import LRU, ChunkRead, DataError, Format, content_digest
 
 if TYPE_CHECKING:  # pyarrow is imported where a Parquet file is read: not at zephon's import
     import pyarrow as pa
     import pyarrow.parquet as pq
 
 _FOOTERS = LRU(256)
+TAIL = 64 << 10  # the bytes read from a file's end for its footer: most footers fit
 # decoded row groups, shared by the process's threads: a row group of images (a few MB) holds many
 # chunks, which different lanes and workers read; bounded by bytes, as text row groups can be large
 _ROW_GROUPS = LRU(16, max_bytes=512 << 20, weigh=lambda table: table.nbytes)
+
+
+def _tail(f, size: int, n: int) -> bytes:
+    """The last ``n`` bytes of the open file ``f`` of ``size`` bytes (all of a smaller one)."""
+    f.seek(max(0, size - n))
+    return f.read(n)
 
 
 def row_group_bounds(metadata: pq.FileMetaData) -> list[tuple[int, int]]:
@@ -31,30 +38,36 @@ class ParquetFormat(Format):
     unit = "rows"
 
     def footer(self, shard: Shard, opener) -> pq.FileMetaData:
+        """The file's metadata, read with one request where it fits in the file's last 64 KiB
+        (the size is the listing's): a plan of a million files asks the store a million times,
+        not two million."""
         key = (shard.url, shard.size, shard.version)
         metadata = _FOOTERS.get(key)
         if metadata is None:
-            with opener.open(shard) as f:
-                import pyarrow.parquet as pq
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-                metadata = pq.ParquetFile(f).metadata
+            with opener.open(shard) as f:
+                tail = _tail(f, shard.size, TAIL)
+                need = int.from_bytes(tail[-8:-4], "little") + 8 if len(tail) >= 8 else 0
+                if len(tail) < need <= shard.size:  # a footer larger than the tail: the rest of it
+                    tail = _tail(f, shard.size, need)
+            try:
+                metadata = pq.ParquetFile(pa.BufferReader(tail)).metadata
+            except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+                raise DataError(f"{shard.url}: not a readable Parquet file ({e})") from None
             _FOOTERS.put(key, metadata)
         return metadata
 
     def schema_names(self, shard: Shard, opener) -> list[str]:
         return list(self.footer(shard, opener).schema.to_arrow_schema().names)
 
-    def rows(self, shard: Shard, opener) -> int:
-        return self.footer(shard, opener).num_rows
-
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[Span]:
-        metadata, spans = self.footer(shard, opener), []
-        for i, (start, stop) in enumerate(row_group_bounds(metadata)):
-            group = metadata.row_group(i)
-            spans.append(
-                (start, stop, rows_within(chunk_size, chunk_bytes, group.num_rows, group.total_byte_size))
-            )
-        return spans
+    def groups(self, shard: Shard, opener) -> list[Group]:
+        metadata = self.footer(shard, opener)
+        return [
+            (start, stop, metadata.row_group(i).total_byte_size)
+            for i, (start, stop) in enumerate(row_group_bounds(metadata))
+        ]
 
     def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         bounds = row_group_bounds(self.footer(shard, opener))

@@ -17,7 +17,7 @@ import json
 import tarfile
 from dataclasses import dataclass
 
-from zephon.io.chunks import Shard, Span, rows_within
+from zephon.io.chunks import Group, Shard
 from zephon.io.formats.base import LRU, BadRecord, ChunkRead, DataError, Format, Records, content_digest
 
 _INDEXES = LRU(64)
@@ -115,12 +115,8 @@ class WebDatasetFormat(Format):
         index = self.index(shard, opener)
         return ["__key__", *(ext for ext, _, _ in index.members[0])] if index.keys else None
 
-    def rows(self, shard: Shard, opener) -> int:
-        return len(self.index(shard, opener).keys)
-
-    def plan(self, shard: Shard, chunk_size: int, chunk_bytes: int, opener) -> list[Span]:
-        n = self.rows(shard, opener)
-        return [(0, n, rows_within(chunk_size, chunk_bytes, n, shard.size))] if n else []
+    def groups(self, shard: Shard, opener) -> list[Group]:
+        return [(0, len(self.index(shard, opener).keys), shard.size)]
 
     def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
         index = self.index(shard, opener)
