@@ -221,9 +221,9 @@ def groups(listed: JobPlan, datasets: list[Dataset], share: int, shares: int, io
     for dataset, entry in zip(datasets, listed.datasets, strict=True):
         dataset.adopt(entry, *chunking)
         mine = range(share, len(dataset.plain_shards(io_config)), shares)
-        out.append(
-            dict(zip(mine, map_fn(lambda i, d=dataset: d.file_groups(i, io_config), mine), strict=True))
-        )
+        progress = dataset.progress(len(mine))
+        read = map_fn(lambda i, d=dataset, p=progress: d.file_groups(i, io_config, p), mine)
+        out.append(dict(zip(mine, read, strict=True)))
     return out
 
 

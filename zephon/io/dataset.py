@@ -163,20 +163,26 @@ class Dataset:
                 sizes = shards.sizes if isinstance(shards, FileTable) else np.array([s.size for s in shards])
                 self._cache[key] = self._byte_chunks(sizes.astype(np.int64), num_lanes, chunk_bytes)
             else:
-                groups = list(map_fn(lambda i: self.file_groups(i, io), range(len(shards))))
+                progress = self.progress(len(shards))
+                groups = list(map_fn(lambda i: self.file_groups(i, io, progress), range(len(shards))))
                 self._cache[key] = self.chunk_table(groups, num_lanes, chunk_size, chunk_bytes)
         return self._cache[key]
 
-    def file_groups(self, i: int, io: IOConfig | None = None) -> list[Group]:
+    def file_groups(
+        self, i: int, io: IOConfig | None = None, progress: Progress | None = None
+    ) -> list[Group]:
         """File ``i``'s groups (see ``Format.groups``), its columns checked: one file's planning
         read, for a metadata format (none for a line format)."""
         fmt, shard, opener = self.plain_format(io), self.plain_shards(io)[i], self.opener(io)
         self._check_columns(fmt.schema_names(shard, opener), shard)
         groups = fmt.groups(shard, opener)
-        self._cache.setdefault(
-            "progress", Progress(f"planning {self.name}", len(self.plain_shards(io)), "files")
-        ).update()
+        if progress is not None:
+            progress.update()
         return groups
+
+    def progress(self, files: int) -> Progress:
+        """A progress line for planning ``files`` of this dataset."""
+        return Progress(f"planning {self.name}", files, "files")
 
     def _byte_chunks(self, sizes: np.ndarray, num_lanes: int, chunk_bytes: int | None) -> ChunkTable:
         """A line format's chunks from its files' sizes alone, as arrays: what ``chunk_table``
