@@ -577,11 +577,10 @@ def test_data_metrics_count_tokens_per_dataset_at_log_steps_only():
     for _ in range(7):
         next(iterator)
     # 5 data steps delivered, step 2's data dropped among them; a row: max_length + 1 tokens
-    assert loader.data_metrics(4) == {
-        "data/tokens/kjv": 5 * 16 * 65,
-        "data/share/kjv": 1.0,
-        "data/skipped_steps": 1,
-    }
+    data = loader.data_metrics(4)
+    requests, read = data.pop("data/requests/kjv"), data.pop("data/bytes_read/kjv")
+    assert data == {"data/tokens/kjv": 5 * 16 * 65, "data/share/kjv": 1.0, "data/skipped_steps": 1}
+    assert requests > 4 and read > 100_000, "listing, planning and the chunks' reads of its Parquet files"
 
 
 def test_data_metrics_count_lanes_once_and_reach_the_trainers_metrics(monkeypatch, caplog):
@@ -608,15 +607,20 @@ def test_data_metrics_count_lanes_once_and_reach_the_trainers_metrics(monkeypatc
 
         @staticmethod
         def all_gather_object(out, mine):
-            other = ((4, 5, 6, 7), {"a": 10, "b": 30}, 2)
+            other = ((4, 5, 6, 7), {"a": 10, "b": 30}, 2, {"a": (3, 300), "b": (1, 100)})
             out[:] = [mine, mine, other, other]
 
     monkeypatch.setattr(metrics, "dist", TwoReplicasOfTp2)
-    counts = metrics.gather([0, 1, 2, 3], {"tokens": {"a": 50, "b": 10}, "counters": {}})
-    assert counts == {"tokens": {"a": 60, "b": 40}, "skipped_records": 2}
+    io = {"a": {"plan_requests": 5, "plan_bytes": 50, "read_requests": 2, "read_bytes": 200},
+          "b": {"plan_requests": 0, "plan_bytes": 0, "read_requests": 1, "read_bytes": 10}}  # fmt: skip
+    counts = metrics.gather([0, 1, 2, 3], {"tokens": {"a": 50, "b": 10}, "counters": {}, "io": io})
+    # tokens: each replica's lanes once; requests: every process's own (TP peers read for themselves)
+    requests = {"a": [2 * 7 + 2 * 3, 2 * 250 + 2 * 300], "b": [2 * 1 + 2 * 1, 2 * 10 + 2 * 100]}
+    assert counts == {"tokens": {"a": 60, "b": 40}, "skipped_records": 2, "requests": requests}
     data = metrics.to_metrics(counts, skipped_steps=0)
     assert data == {"data/tokens/a": 60, "data/share/a": 0.6, "data/tokens/b": 40, "data/share/b": 0.4,
-                    "data/skipped_records": 2}  # fmt: skip
+                    "data/requests/a": 20, "data/bytes_read/a": 1100, "data/requests/b": 4,
+                    "data/bytes_read/b": 220, "data/skipped_records": 2}  # fmt: skip
 
     logged = []
     processor = types.SimpleNamespace(log=lambda step, *a, extra_metrics=None: logged.append(extra_metrics))

@@ -12,6 +12,9 @@ delivered, the data of skipped steps included. :func:`attach` (called by
     data/share/<dataset>     its share of all delivered tokens (0..1)
     data/skipped_records     bad records left out (on_error = "skip"), when any
     data/skipped_steps       data steps skipped ([data] skip_steps), when any
+    data/requests/<dataset>  requests the job's processes made of its store since they started
+                             (planning and reading: every process reads, TP peers included)
+    data/bytes_read/<dataset> the bytes those requests brought
 
 and rank 0 prints one line, e.g. ``zephon: step 8: data kjv 100.0% (16,384 tokens)``.
 """
@@ -32,7 +35,9 @@ def should_log(step: int, log_freq: int) -> bool:
 
 def gather(lanes: list[int], stats: dict) -> dict:
     """Collective: this rank's lanes and their ``stats()`` in, the global counts out."""
-    mine = (tuple(lanes), stats["tokens"], stats["counters"].get("skipped_records", 0))
+    io = {name: (c["plan_requests"] + c["read_requests"], c["plan_bytes"] + c["read_bytes"])
+          for name, c in stats.get("io", {}).items()}  # fmt: skip
+    mine = (tuple(lanes), stats["tokens"], stats["counters"].get("skipped_records", 0), io)
     if dist.is_available() and dist.is_initialized():
         parts: list = [None] * dist.get_world_size()
         dist.all_gather_object(parts, mine)
@@ -40,10 +45,15 @@ def gather(lanes: list[int], stats: dict) -> dict:
         parts = [mine]
     unique = {p[0]: p for p in parts}  # ranks that own the same lanes deliver the same counts
     tokens: dict[str, int] = {}
-    for _, counts, _ in unique.values():
+    for _, counts, _, _ in unique.values():
         for name, n in counts.items():
             tokens[name] = tokens.get(name, 0) + n
-    return {"tokens": tokens, "skipped_records": sum(p[2] for p in unique.values())}
+    requests: dict[str, list[int]] = {}
+    for *_, io in parts:  # every process reads for itself: all of them count
+        for name, (r, b) in io.items():
+            total = requests.setdefault(name, [0, 0])
+            total[0], total[1] = total[0] + r, total[1] + b
+    return {"tokens": tokens, "skipped_records": sum(p[2] for p in unique.values()), "requests": requests}
 
 
 def to_metrics(counts: dict, skipped_steps: int) -> dict[str, float]:
@@ -52,6 +62,9 @@ def to_metrics(counts: dict, skipped_steps: int) -> dict[str, float]:
     for name, n in counts["tokens"].items():
         metrics[f"data/tokens/{name}"] = n
         metrics[f"data/share/{name}"] = n / total if total else 0.0
+    for name, (r, b) in counts.get("requests", {}).items():
+        metrics[f"data/requests/{name}"] = r
+        metrics[f"data/bytes_read/{name}"] = b
     if counts["skipped_records"]:
         metrics["data/skipped_records"] = counts["skipped_records"]
     if skipped_steps:
@@ -62,6 +75,7 @@ def to_metrics(counts: dict, skipped_steps: int) -> dict[str, float]:
 def console_line(step: int, metrics: dict[str, float]) -> str:
     """``zephon: step 8: data kjv 100.0% (16,384 tokens)``, datasets in the recipe's order."""
     names = [key[len("data/tokens/") :] for key in metrics if key.startswith("data/tokens/")]
+    metrics = {k: v for k, v in metrics.items() if not k.startswith(("data/requests/", "data/bytes_read/"))}
     parts = [
         f"{n} {100 * metrics[f'data/share/{n}']:.1f}% ({metrics[f'data/tokens/{n}']:,} tokens)" for n in names
     ]
