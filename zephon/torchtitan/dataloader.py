@@ -203,7 +203,8 @@ class ZephonDataLoader(BaseDataLoader):
             named = "; ".join(_readable(c) for c in changes)
             raise ValueError(
                 f"the data recipe changed since the checkpoint; changed: {named}. Resume with the "
-                "recipe the checkpoint was made with, or start a new run"
+                "recipe the checkpoint was made with, or start a new run in a folder of its own "
+                "(--dump_folder DIR): a job resumes the latest checkpoint under its dump folder"
             )
         lanes = {
             str(int(k[len("lane_") :])): json.loads(v) for k, v in state_dict.items() if k.startswith("lane_")
