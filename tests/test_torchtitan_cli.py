@@ -117,3 +117,96 @@ def test_a_job_that_sets_hf_assets_path_keeps_it_and_torchtitans_check(tmp_path,
         config = _parse(tmp_path, "--hf_assets_path", missing)
     assert config.hf_assets_path == missing
     assert f"HF assets path {missing} does not exist!" in caplog.text
+
+
+# -- the launch check, before torchrun -------------------------------------------------------------
+
+LAUNCH_CASES = [
+    (3, []),
+    (2, ["--training.global_batch_size", "12"]),
+    (2, ["--dataloader.num_lanes", "3"]),
+    (2, ["--data.num_lanes", "3"]),
+    (1, ["--training.global_batch_size", "-1"]),
+    (2, ["--training.seq_len", "64", "--dataloader.recipe", "MAX_LENGTH"]),
+    (2, ["--dataloader.recipe", "GPT2"]),
+    (2, ["--dataloader.skip_steps", "4-3"]),
+    (
+        4,
+        [
+            "--parallelism.tensor_parallel_degree",
+            "4",
+            "--dataloader.num_lanes",
+            "3",
+            "--training.global_batch_size",
+            "6",
+        ],
+    ),
+    (4, ["--parallelism.tensor-parallel-degree=2"]),
+]
+
+
+@pytest.mark.parametrize(("world", "args"), LAUNCH_CASES)
+def test_the_launch_check_refuses_what_the_trainer_refuses_in_the_same_words(
+    tmp_path, monkeypatch, gpt2, world, args
+):
+    from train_jobs import recipe_copy
+
+    from zephon.torchtitan import check, jobview
+
+    made = {
+        "MAX_LENGTH": lambda: recipe_copy(str(tmp_path), **{'"wrap"': '"wrap"\nmax_length = 128'}),
+        "GPT2": lambda: recipe_copy(str(tmp_path), **{f"{ROOT}/assets/tokenizers/kjv-bpe-2048": gpt2}),
+    }
+    args = [made[a]() if a in made else a for a in args]
+    job = _job(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    trainer = checked = None
+    try:
+        ZephonConfigManager().parse_args(["--job.config_file", job, *args])
+    except ValueError as e:
+        trainer = str(e)
+    try:
+        check.check(jobview.read(job, args, cache=str(tmp_path / "cache")), world)
+    except ValueError as e:
+        checked = str(e)
+    assert checked == trainer
+    assert (trainer is None) == (world == 4), "each case but the TP ones is refused"
+
+
+def test_the_launch_check_says_what_the_job_will_be():
+    from zephon.torchtitan import check, jobview
+
+    line = check.check(jobview.read(JOB, ["--data.recipe", "zephon_recipes/debug_curriculum.toml"]), 2)
+    assert "on 2 processes: DP 2, 4 of 8 lanes per rank, 1 batch of 2 rows per lane per step" in line
+    assert "outputs in ./outputs/llama3_debug/debug_curriculum" in line
+
+
+def test_the_launch_check_ends_the_output_with_the_error_in_under_3_cpu_seconds(tmp_path):
+    import resource
+    import subprocess
+    import sys
+
+    from zephon.torchtitan import jobview
+
+    home = tmp_path / "home"
+    jobview.model_facts("llama3", "llama3_debugmodel", str(home / ".cache" / "zephon" / "models"))
+    probe = (
+        "import sys; from zephon.torchtitan.check import main; rc = main(sys.argv[1:]); "
+        "print('imported', [m for m in ('torch', 'torchtitan') if m in sys.modules]); sys.exit(rc)"
+    )
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run(
+        [sys.executable, "-c", probe, "--job", JOB, "--world-size", "3"],
+        capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, HOME=str(home)), timeout=120,
+    )  # fmt: skip
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-2:] == [
+        f"zephon: the job cannot start ({JOB}, 3 processes):",
+        "  the data-parallel size is 3 but the recipe has num_lanes = 8: every rank must own the same "
+        "number of lanes, so num_lanes must be a multiple of the DP size. Use a DP size among [1, 2, 4, 8], "
+        "or change num_lanes (that starts a new data order)",
+    ]
+    assert "imported []" in result.stdout, "neither torch nor TorchTitan: the model's facts are cached"
+    cpu_seconds = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert cpu_seconds < 3, cpu_seconds
