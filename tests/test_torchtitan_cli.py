@@ -210,3 +210,64 @@ def test_the_launch_check_ends_the_output_with_the_error_in_under_3_cpu_seconds(
     assert "imported []" in result.stdout, "neither torch nor TorchTitan: the model's facts are cached"
     cpu_seconds = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     assert cpu_seconds < 3, cpu_seconds
+
+
+# -- what is about to happen ---------------------------------------------------------------------
+
+
+def _loader_lines(caplog, world: int, rank: int, recipe: str = DEBUG, batches: int = 1) -> list[str]:
+    import itertools
+
+    config = ZephonDataLoader.Config(recipe=recipe, global_batch_size=16)
+    with caplog.at_level(logging.INFO):
+        loader = config.build(
+            dp_world_size=world, dp_rank=rank, tokenizer=None, seq_len=64, local_batch_size=2
+        )
+        list(itertools.islice(iter(loader), batches))
+    loader.pipeline.close()
+    return [r.getMessage() for r in caplog.records if r.name == "zephon.torchtitan.summary"]
+
+
+def test_the_loader_says_what_it_will_do_then_when_planning_ends_and_the_first_batch_comes(caplog):
+    lines = _loader_lines(caplog, 2, 1, batches=3)
+    assert lines[:5] == [
+        "zephon: data recipe " + DEBUG + ": 1 dataset, weights by tokens",
+        f"zephon:   kjv 100.0% (repeat) {ROOT}/assets/debug_corpus",
+        f"zephon:   tokenizer {ROOT}/assets/tokenizers/kjv-bpe-2048: 2,048 tokens, EOS appended, no BOS",
+        "zephon:   8 lanes, DP 2: this rank reads lanes 4-7; a step takes 1 batch of 2 rows from every lane "
+        "(16 rows)",
+        "zephon:   packing wrap, rows of 65 tokens; windows of 12 rows, shuffled (seed 7); runner thread, "
+        "parallelism 1, prefetch 4",
+    ]
+    assert lines[5].startswith("zephon: planning the data")
+    assert lines[6].startswith("zephon: data planned in ")
+    assert lines[7].startswith("zephon: first batch delivered ") and " after the loader started (" in lines[7]
+    assert len(lines) == 8, "one first batch"
+
+
+def test_only_global_rank_0_gives_the_summary(caplog, monkeypatch):
+    from zephon.torchtitan import summary
+
+    monkeypatch.setattr(summary, "_global_rank", lambda: 1)
+    assert _loader_lines(caplog, 2, 1) == []
+
+
+def test_a_schedule_is_summarized_by_its_first_weights(caplog):
+    lines = _loader_lines(caplog, 1, 0, os.path.join(ROOT, "zephon_recipes", "debug_curriculum.toml"))
+    assert lines[0].endswith(": 2 datasets, weights by tokens, a schedule of 3 points (the first below)")
+    assert lines[1].startswith("zephon:   early 90.0% (repeat) ") and lines[2].startswith(
+        "zephon:   late 10.0%"
+    )
+
+
+@pytest.mark.slow  # a real torchrun job
+def test_a_run_says_what_it_will_do_and_gives_no_asset_warnings(tmp_path):
+    from train_jobs import run_train
+
+    rc, log = run_train(1, str(tmp_path / "run"), "--training.steps", "1", "--checkpoint.enable", "false")
+    assert rc == 0, log[-3000:]
+    assert "zephon: data recipe zephon_recipes/debug.toml: 1 dataset, weights by tokens" in log
+    assert "zephon:   8 lanes, DP 1: this rank reads lanes 0-7; a step takes 1 batch of 2 rows" in log
+    assert "zephon: first batch delivered " in log
+    assert "HF assets path" not in log and "model.safetensors.index.json" not in log
+    assert "checkpoint" not in os.listdir(tmp_path / "run"), "--checkpoint.enable false"
