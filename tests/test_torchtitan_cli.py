@@ -271,3 +271,81 @@ def test_a_run_says_what_it_will_do_and_gives_no_asset_warnings(tmp_path):
     assert "zephon: first batch delivered " in log
     assert "HF assets path" not in log and "model.safetensors.index.json" not in log
     assert "checkpoint" not in os.listdir(tmp_path / "run"), "--checkpoint.enable false"
+
+
+# -- the dry run ---------------------------------------------------------------------------------
+
+
+def _two_dataset_job(folder, unit: str) -> str:
+    """A job on two JSON lines datasets mixed 1:3: "a" stops, "b" repeats."""
+    from zephon.testing import synthetic_documents, write_jsonl
+
+    for name, n, words in (("a", 300, (50, 150)), ("b", 600, (1, 30))):  # long documents, short ones
+        os.makedirs(folder / name, exist_ok=True)
+        docs = synthetic_documents(n, seed=len(name), min_words=words[0], max_words=words[1])
+        write_jsonl(str(folder / name / f"{name}.jsonl"), docs)
+    tables = "".join(
+        f'[[datasets]]\nname = "{n}"\npath = "{n}"\nweight = {w}\nexhausted = "{e}"\n'
+        for n, w, e in (("a", 1, "stop"), ("b", 3, "repeat"))
+    )
+    tokenizer = os.path.join(ROOT, "assets", "tokenizers", "kjv-bpe-2048")
+    (folder / "r.toml").write_text(
+        f'[recipe]\nnum_lanes = 4\n[tokenizer]\nid = "{tokenizer}"\n{tables}[mixture]\nunit = "{unit}"\n'
+    )
+    return _job(folder, str(folder / "r.toml"))
+
+
+@pytest.mark.parametrize("unit", ["tokens", "documents"])
+def test_the_dry_run_says_what_steps_take_of_each_dataset_and_where_a_stopping_one_runs_out(
+    tmp_path, capsys, unit
+):
+    from zephon.torchtitan import plan
+
+    geometry = ["--training.local_batch_size", "1", "--training.seq_len", "64"]
+    job = _two_dataset_job(tmp_path, unit)
+    assert plan.main(["--job", job, "--steps", "40", "--sample", "100", *geometry]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("a step is 16 rows of 65 tokens = 1,040 tokens; 40 steps = 41,600 tokens")
+    rows = {line.split()[0]: line.split() for line in out[3:5]}
+    config = ZephonDataLoader.Config(recipe=str(tmp_path / "r.toml"), global_batch_size=16)
+    loader = config.build(dp_world_size=1, dp_rank=0, tokenizer=None, seq_len=64, local_batch_size=1)
+    batches = iter(loader)
+    try:
+        for _ in range(40 * 16):
+            next(batches)
+        taken = loader.pipeline.stats()["tokens"]  # what 40 steps took of each dataset
+        steps = 40 + sum(1 for _ in batches) // 16  # every step the data holds, to its end
+        total = loader.pipeline.stats()["tokens"]["a"]
+    finally:
+        loader.pipeline.close()
+    # every chunk sampled: the estimate is exact for "a", which the run read to its end
+    assert rows["a"][1] == "1" and float(rows["a"][5].replace(",", "")) == total
+    for name in ("a", "b"):
+        predicted = float(rows[name][7].replace(",", ""))
+        assert abs(predicted - taken[name]) < 0.01 * 41_600, (name, predicted, taken)
+        assert abs(float(rows[name][6].rstrip("%")) / 100 - taken[name] / 41_600) < 0.01
+    assert abs(float(rows["a"][8]) - taken["a"] / total) < 0.01, "epochs of a"
+    assert rows["a"][-3:-1] == ["in", "step"] and rows["b"][-2:] == ["never", "(repeats)"]
+    ran_out = int(rows["a"][-1].replace(",", ""))  # the first lane ends a few documents early or late
+    assert abs(ran_out - (steps + 1)) <= 2, (ran_out, steps)
+    assert "DP sizes it can start and resume on: 1, 2, 4 (the divisors of num_lanes 4;" in out[-2]
+    assert out[-1].startswith("first batch: planning ") and "rank 0 of 1 (runner thread)" in out[-1]
+
+
+def test_the_dry_run_of_the_debug_job_and_its_zephon_command(capsys):
+    import tomllib
+
+    from zephon.torchtitan import cli
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        assert tomllib.load(f)["project"]["scripts"]["zephon"] == "zephon.torchtitan.cli:main"
+    assert cli.main(["plan", "--job", JOB, "--steps", "1000", "--sample", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "recipe zephon_recipes/debug.toml, 8 lanes; a step is 16 rows of 129 tokens" in out
+    kjv = next(line.split() for line in out.splitlines() if line.startswith("kjv "))
+    assert kjv[1:4] == ["4", "96", "996.2"] and kjv[7] == "2,064,000" and kjv[-2:] == ["never", "(repeats)"]
+    assert 4.0 < float(kjv[8]) < 4.8, "about 470k tokens: 4.4 epochs in 1,000 steps"
+    assert "DP sizes it can start and resume on: 1, 2, 4, 8 " in out
+    assert cli.main(["check", "--job", JOB, "--world-size", "3"]) == 1
+    assert "the data-parallel size is 3" in capsys.readouterr().err
+    assert cli.main(["nothing"]) == 2

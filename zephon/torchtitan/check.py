@@ -33,7 +33,7 @@ def check(view: JobView, world_size: int) -> str:
     if view.loader != "zephon":  # TorchTitan's own loader, for comparisons: nothing of zephon's
         return f"zephon: {view.path}: TorchTitan's own loader ([data] loader = {view.loader!r})"
     parse_skip_steps(view.skip_steps)
-    recipe = load_recipe(view.recipe, {"recipe": {"num_lanes": view.num_lanes}})
+    recipe = load_recipe(view.recipe, view.overrides)
     check_context_length(recipe, view.training.seq_len)
     from zephon.io.tokenizer import load_tokenizer
 

@@ -43,7 +43,7 @@ class JobView:
 
     path: str
     recipe: str
-    num_lanes: int | None
+    overrides: dict  # the job's [data] num_lanes, seed, runner, parallelism, prefetch, for load_recipe
     skip_steps: list[str]
     loader: str
     dump_folder: str
@@ -66,13 +66,12 @@ def read(path: str, args: list[str], cache: str = CACHE) -> JobView:
     facts = model_facts(model["module"], model["config"], cache)
     data = job["data"]
     recipe = cli_value(args, "dataloader.recipe") or data["recipe"]
-    lanes = cli_value(args, "dataloader.num_lanes")
     skips = cli_value(args, "dataloader.skip_steps")
     dump = cli_value(args, "dump_folder") or job.get("job", {}).get("dump_folder") or facts["dump_folder"]
     return JobView(
         path=path,
         recipe=recipe,
-        num_lanes=_int(lanes, "--dataloader.num_lanes") if lanes is not None else data.get("num_lanes"),
+        overrides=_loader_overrides(data, args),
         skip_steps=skips.split(",") if skips is not None else [str(s) for s in data.get("skip_steps", [])],
         loader=data.get("loader", "zephon"),
         dump_folder=recipe_dump_folder(dump, data["recipe"], args),
@@ -80,6 +79,19 @@ def read(path: str, args: list[str], cache: str = CACHE) -> JobView:
         parallelism=_section("parallelism", PARALLELISM, job, args, facts),
         vocab_size=facts["vocab_size"],
     )
+
+
+def _loader_overrides(data: dict, args: list[str]) -> dict:
+    """The recipe settings the job overrides, as ZephonDataLoader passes them to load_recipe."""
+    values = {}
+    for key in ("num_lanes", "seed", "runner", "parallelism", "prefetch"):
+        given = cli_value(args, f"dataloader.{key}")
+        value = given if given is not None else data.get(key)
+        if value is not None and key != "runner":
+            value = _int(value, f"--dataloader.{key}" if given is not None else f"job config [data] {key}")
+        values[key] = value
+    parallelism = values.pop("parallelism")
+    return {"recipe": values, "tokenizer": {"parallelism": parallelism}}
 
 
 def _section(name: str, keys: tuple[str, ...], job: dict, args: list[str], facts: dict) -> SimpleNamespace:
