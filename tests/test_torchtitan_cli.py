@@ -349,3 +349,52 @@ def test_the_dry_run_of_the_debug_job_and_its_zephon_command(capsys):
     assert cli.main(["check", "--job", JOB, "--world-size", "3"]) == 1
     assert "the data-parallel size is 3" in capsys.readouterr().err
     assert cli.main(["nothing"]) == 2
+
+
+# -- the README --------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # a process pool decoding 1,797 images
+def test_the_readmes_image_text_example_runs_offline_as_written(tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    after = readme[readme.index("Runnable as it is, offline, on the test material") :]
+    code = re.search(r"```python\n(.*?)```", after, re.S).group(1)
+    said = re.search(r"It prints `(.*?)`", after, re.S).group(1).replace("\n", " ")
+    (tmp_path / "example.py").write_text(code)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
+    result = subprocess.run(
+        [sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = result.stdout.strip()
+    head, tail = said.split(", ..., ")
+    assert printed.startswith(head) and printed.endswith(tail), (printed, said)
+
+
+def test_the_readmes_links_stay_inside_the_repository_and_exist():
+    import re
+
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    targets = re.findall(r"\]\(([^)#\s]+)\)", readme) + re.findall(r"`(\.\./[^`]+)`", readme)
+    local = [t for t in targets if "://" not in t]
+    assert "docs/DESIGN.md" in local
+    for target in local:
+        path = os.path.normpath(os.path.join(ROOT, target))
+        assert path.startswith(ROOT + os.sep) and os.path.exists(path), target
+
+
+def test_the_design_imports_only_what_the_code_has():
+    import re
+
+    with open(os.path.join(ROOT, "docs", "DESIGN.md")) as f:
+        design = f.read()
+    imports = re.findall(r"^(from zephon[\w.]* import [\w, ]+)$", design, re.M)
+    assert any("MixtureWorkSource" in line for line in imports)
+    for line in imports:
+        exec(line, {})
