@@ -86,6 +86,17 @@ def test_another_recipe_on_the_command_line_gets_its_own_dump_folder(tmp_path, c
     assert _parse(tmp_path, "--dataloader.recipe", DEBUG).dump_folder == base, "the job's own recipe"
 
 
+def test_a_replay_with_the_ablations_recipe_finds_the_ablations_checkpoints(tmp_path):
+    from train_jobs import recipe_copy
+
+    from zephon.torchtitan import replay
+
+    ablation = recipe_copy(str(tmp_path))
+    setup = replay.from_job(_job(tmp_path), None, ["--data.recipe", ablation])
+    assert setup.recipe == ablation
+    assert setup.checkpoints == os.path.join("./outputs/llama3_debug", "recipe", "checkpoint")
+
+
 def test_a_changed_recipe_on_resume_says_how_to_start_a_run_of_its_own(tmp_path):
     from train_jobs import recipe_copy
 
@@ -171,6 +182,14 @@ def test_the_launch_check_refuses_what_the_trainer_refuses_in_the_same_words(
         checked = str(e)
     assert checked == trainer
     assert (trainer is None) == (world == 4), "each case but the TP ones is refused"
+
+
+def test_the_launch_check_leaves_run_train_shs_help_to_the_trainer(capsys):
+    from zephon.torchtitan import check
+
+    assert check.main(["--job", JOB, "--world-size", "2", "--help"]) == 0
+    assert capsys.readouterr().out == ""
+    assert check.main(["--help"]) == 0 and "--world-size" in capsys.readouterr().out
 
 
 def test_the_launch_check_says_what_the_job_will_be():

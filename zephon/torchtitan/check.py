@@ -56,9 +56,16 @@ def check(view: JobView, world_size: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__.split("\n\n")[1], allow_abbrev=False, add_help=False
+    )
     parser.add_argument("--job", required=True, help="the job config (train_configs/NAME.toml)")
     parser.add_argument("--world-size", type=int, required=True, help="processes in the job (NGPU x nodes)")
+    if {"-h", "--help"} & set(argv):
+        if not any(a == "--job" or a.startswith("--job=") for a in argv):
+            parser.print_help()
+        return 0  # from run_train.sh (./run_train.sh --help): the trainer prints its own help next
     args, overrides = parser.parse_known_args(argv)
     if args.world_size < 1:
         parser.error(f"--world-size {args.world_size}: at least 1")

@@ -203,7 +203,7 @@ def _bytes(n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[1], allow_abbrev=False)
     parser.add_argument("--job", required=True, help="the job config (train_configs/NAME.toml)")
     parser.add_argument("--steps", type=int, help="steps to account for (default: training.steps)")
     parser.add_argument("--sample", type=int, default=8, help="chunks per dataset to tokenize (default 8)")
