@@ -162,7 +162,7 @@ def report(view: JobView, steps: int, sample: int, world_size: int) -> list[str]
             "never (repeats)" if e.exhausted != "stop" else _step(end[e.name]),
         ])  # fmt: skip
     lines += ["", *_table(header, rows)]
-    sampled = ", ".join(f"{e.sampled_chunks} of {e.chunks:,} chunks" for e in estimates)
+    sampled = ", ".join(f"{e.sampled_chunks:,} of {e.chunks:,} chunks" for e in estimates)
     lines.append(f"(tokens estimated from {sampled} read and tokenized)")
     if end and min(end.values()) < steps:
         first = min(end, key=end.get)
