@@ -10,7 +10,7 @@ On global rank 0 (the one run_train.sh shows), e.g. for the debug job on 2 ranks
               lane (16 rows)
     zephon:   packing wrap, rows of 129 tokens; windows of 12 rows, shuffled (seed 7); runner
               thread, parallelism 1, prefetch 4
-    zephon: planning the data: listing its files, reading their metadata (once per job, by rank 0)
+    zephon: planning the data: listing its files, reading their metadata (once per job)
     zephon: data planned in 0.4 s; preparing the first batches
     zephon: first batch delivered 0.6 s after the loader started (0.2 s after planning)
 
@@ -41,10 +41,7 @@ class Startup:
     def __enter__(self) -> Startup:
         self.planning = time.monotonic()
         if self.loud:
-            log.info(
-                "zephon: planning the data: listing its files, reading their metadata "
-                "(once per job, by rank 0)"
-            )
+            log.info("zephon: planning the data: listing its files, reading their metadata (once per job)")
         return self
 
     def __exit__(self, kind, error, trace) -> None:
