@@ -1,7 +1,7 @@
 """Zephon: an elastically deterministic data loader for LLM training.
 
 Every optimizer step's global batch is bit-identical whatever the data-parallel size, runner or
-worker count, across checkpoint/resume cycles onto other rank counts. See DESIGN.md.
+worker count, across checkpoint/resume cycles onto other rank counts. See docs/DESIGN.md.
 """
 
 __version__ = "0.1.0"  # the package's version (pyproject.toml reads it from here)

@@ -35,6 +35,7 @@ from zephon.torchtitan.digests import StepDigestWriter
 from zephon.torchtitan.planning import plan_path, shared_plan
 from zephon.torchtitan.recipe import build_pipeline, load_recipe
 from zephon.torchtitan.skips import SkipPlan, range_text
+from zephon.torchtitan.summary import Startup
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,8 @@ class ZephonDataLoader(BaseDataLoader):
             microbatch_size=local_batch_size,
         )  # fmt: skip
         path = plan_path(config.plan_folder, pipeline) if config.plan_folder else ""
-        self.pipeline = pipeline.with_plan(shared_plan(pipeline, path))  # one plan per job
+        with Startup(self.recipe, pipeline, self.per_lane, config.global_batch_size) as self._startup:
+            self.pipeline = pipeline.with_plan(shared_plan(pipeline, path))  # one plan per job
         self.dp_rank, self.dp_world_size = dp_rank, dp_world_size
         self.digests = StepDigestWriter(config.digest_file, dp_world_size) if config.digest_file else None
         self.skips = SkipPlan(config.skip_steps)
@@ -107,7 +109,7 @@ class ZephonDataLoader(BaseDataLoader):
 
     def __iter__(self):
         per_step = self.per_lane * len(self.pipeline.owned_lanes)  # this rank's batches per step
-        stream = iter(self.pipeline)
+        stream = self._startup.first_batch(iter(self.pipeline))  # logs its time (rank 0)
         step_batches, skipped = [], 0
         while True:
             if not step_batches and not self._skip_due(stream, per_step):
@@ -203,7 +205,8 @@ class ZephonDataLoader(BaseDataLoader):
             named = "; ".join(_readable(c) for c in changes)
             raise ValueError(
                 f"the data recipe changed since the checkpoint; changed: {named}. Resume with the "
-                "recipe the checkpoint was made with, or start a new run"
+                "recipe the checkpoint was made with, or start a new run in a folder of its own "
+                "(--dump_folder DIR): a job resumes the latest checkpoint under its dump folder"
             )
         lanes = {
             str(int(k[len("lane_") :])): json.loads(v) for k, v in state_dict.items() if k.startswith("lane_")
