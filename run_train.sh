@@ -19,11 +19,21 @@
 # interfaces). Across machines with several interfaces, GLOO_SOCKET_IFNAME (CPU) or
 # NCCL_SOCKET_IFNAME names the one the nodes reach each other on. At exit the nodes that did not
 # host the rendezvous may warn "failed to shutdown the rendezvous": harmless.
+#
+# Paths are the caller's: CONFIG_FILE, --dump_folder and --dataloader.recipe relative to the folder
+# it is run from (a config or recipe not found there: the repository's, as the shipped ones), and
+# outputs land there. The job config and recipe are checked before torchrun starts, so that a
+# mistake is the last thing printed (python -m zephon.torchtitan.check).
 set -euo pipefail
+CALLER_DIR=$(pwd)
 cd "$(dirname "$0")"
+export ZEPHON_CALLER_DIR="${CALLER_DIR}"
 
 NGPU=${NGPU:-$(python -c "import torch; print(torch.cuda.device_count() or 2)")}
 CONFIG_FILE=${CONFIG_FILE:-"./train_configs/llama3_debug.toml"}
+if [[ "${CONFIG_FILE}" != /* && -f "${CALLER_DIR}/${CONFIG_FILE}" ]]; then
+    CONFIG_FILE="${CALLER_DIR}/${CONFIG_FILE}"
+fi
 LOG_RANK=${LOG_RANK:-0}
 NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
@@ -34,6 +44,8 @@ if [[ "${NNODES}" != 1 ]]; then
     # node 0 hosts the rendezvous, the others join it: said, not guessed from host names
     NODES=(--nnodes="${NNODES}" --rdzv_conf="is_host=$([[ "${NODE_RANK}" == 0 ]] && echo 1 || echo 0)")
 fi
+
+python -m zephon.torchtitan.check --job "${CONFIG_FILE}" --world-size "$((NGPU * NNODES))" "$@"
 
 PYTORCH_ALLOC_CONF="expandable_segments:True" \
 torchrun --nproc_per_node="${NGPU}" "${NODES[@]}" --rdzv_backend c10d --rdzv_endpoint="${RDZV_ENDPOINT}" \

@@ -417,3 +417,51 @@ def test_the_design_imports_only_what_the_code_has():
     assert any("MixtureWorkSource" in line for line in imports)
     for line in imports:
         exec(line, {})
+
+
+def test_run_train_from_another_folder_takes_its_paths_from_there_and_fails_fast_at_the_end(tmp_path):
+    import shutil
+    import subprocess
+
+    from zephon.torchtitan import jobview
+
+    home = tmp_path / "home"
+    jobview.model_facts("llama3", "llama3_debugmodel", str(home / ".cache" / "zephon" / "models"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(os.path.join(ROOT, JOB), elsewhere / "my_job.toml")
+    env = dict(os.environ, HOME=str(home), NGPU="3", CONFIG_FILE="my_job.toml")
+    result = subprocess.run(
+        [os.path.join(ROOT, "run_train.sh"), "--dump_folder", "runs/a"],
+        capture_output=True, text=True, cwd=elsewhere, env=env, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    lines = (result.stdout + result.stderr).splitlines()
+    assert lines[-2] == f"zephon: the job cannot start ({elsewhere / 'my_job.toml'}, 3 processes):"
+    assert lines[-1].startswith("  the data-parallel size is 3 but the recipe has num_lanes = 8")
+
+    # the check as run_train.sh runs it (in the repository, told the caller's folder): where the
+    # outputs would go, without training
+    check = subprocess.run(
+        ["python", "-m", "zephon.torchtitan.check", "--job", str(elsewhere / "my_job.toml"), "--world-size",
+         "2", "--dump_folder", "runs/a"],
+        capture_output=True, text=True, cwd=ROOT, env=dict(env, ZEPHON_CALLER_DIR=str(elsewhere)),
+        timeout=120,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.strip().endswith(f"outputs in {elsewhere / 'runs' / 'a'}")
+
+
+def test_relative_paths_on_the_command_line_are_the_callers(tmp_path):
+    from zephon.torchtitan.jobfile import caller_path, from_caller
+
+    (tmp_path / "mine.toml").write_text("")
+    args = ["--dataloader.recipe", "mine.toml", "--data.recipe=zephon_recipes/debug.toml",
+            "--dump_folder", "out", "--training.steps", "3"]  # fmt: skip
+    assert from_caller(args, str(tmp_path)) == [
+        "--dataloader.recipe", str(tmp_path / "mine.toml"),  # found there
+        "--data.recipe", "zephon_recipes/debug.toml",  # not there: the repository's
+        "--dump_folder", str(tmp_path / "out"), "--training.steps", "3",
+    ]  # fmt: skip
+    assert from_caller(args, None) == args
+    assert caller_path("/abs/out", str(tmp_path)) == "/abs/out"

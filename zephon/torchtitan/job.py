@@ -37,9 +37,12 @@ from zephon.torchtitan import cpu
 from zephon.torchtitan.checks import check_batch_geometry, check_context_length, check_vocab
 from zephon.torchtitan.dataloader import ZephonDataLoader
 from zephon.torchtitan.jobfile import (
+    CALLER,
     batch_rows,
+    caller_path,
     cli_value,
     data_parallel_size,
+    from_caller,
     one_name_per_setting,
     pop_option,
     read_job,
@@ -60,6 +63,7 @@ class ZephonConfigManager(ConfigManager):
 
     def _load_config(self, args: list[str]) -> tuple[object, list[str]]:
         path, rest = pop_option(args, "--job.config_file")
+        rest = from_caller(rest, os.environ.get(CALLER))
         if path is None:
             raise ValueError("give the job config: --job.config_file train_configs/NAME.toml")
         job = read_job(path)
@@ -80,6 +84,8 @@ class ZephonConfigManager(ConfigManager):
 
     def parse_args(self, args: list[str] | None = None):
         config = super().parse_args(args)
+        # the job config's dump folder, like the command line's paths, from the user's folder
+        config.dump_folder = caller_path(config.dump_folder, os.environ.get(CALLER))
         folder = recipe_dump_folder(config.dump_folder, self._job["data"]["recipe"], self._args)
         if folder != config.dump_folder:
             log.info(

@@ -137,6 +137,39 @@ def cli_value(args: list[str], path: str) -> str | None:
     return value
 
 
+CALLER = "ZEPHON_CALLER_DIR"  # run_train.sh: the folder it was started from (it runs in the repository)
+PATH_OPTIONS = ("--dataloader.recipe", "--data.recipe", "--dump_folder", "--job.dump_folder")
+
+
+def from_caller(args: list[str], caller: str | None) -> list[str]:
+    """The command line with its relative paths taken from ``caller``, the folder the user ran
+    ``run_train.sh`` in (the job runs in the repository): a recipe that is there, and the dump
+    folder. None: as given."""
+    if not caller:
+        return list(args)
+    out, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if name in PATH_OPTIONS and (eq or i + 1 < len(args)):
+            value = value if eq else args[i + 1]
+            i += 1 if eq else 2
+            out += [name, caller_path(value, caller, must_exist="recipe" in name)]
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def caller_path(path: str, caller: str | None, must_exist: bool = False) -> str:
+    """``path`` from the user's folder ``caller`` where it is relative (and, with ``must_exist``,
+    found there); else as given: the repository's."""
+    if not caller or os.path.isabs(path):
+        return path
+    candidate = os.path.normpath(os.path.join(caller, path))
+    return candidate if os.path.exists(candidate) or not must_exist else path
+
+
 def recipe_dump_folder(dump_folder: str, job_recipe: str, args: list[str]) -> str:
     """Where a run's outputs go: a command line that names another recipe than the job's
     (``--dataloader.recipe``) and no ``--dump_folder`` gets ``<dump_folder>/<recipe's stem>``, so

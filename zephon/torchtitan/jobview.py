@@ -21,7 +21,15 @@ from importlib.metadata import PackageNotFoundError, version
 from types import SimpleNamespace
 from typing import Any
 
-from zephon.torchtitan.jobfile import cli_value, one_name_per_setting, read_job, recipe_dump_folder
+from zephon.torchtitan.jobfile import (
+    CALLER,
+    caller_path,
+    cli_value,
+    from_caller,
+    one_name_per_setting,
+    read_job,
+    recipe_dump_folder,
+)  # fmt: skip
 
 TRAINING = ("seq_len", "local_batch_size", "global_batch_size", "steps")
 PARALLELISM = (
@@ -55,7 +63,8 @@ class JobView:
 def read(path: str, args: list[str], cache: str = CACHE) -> JobView:
     """The job config at ``path`` with the command line ``args`` (``--section.field value`` ...)."""
     job = read_job(path)
-    args = one_name_per_setting(args)
+    caller = os.environ.get(CALLER)
+    args = one_name_per_setting(from_caller(args, caller))
     model = {**job.get("model", {})}
     for key in ("module", "config"):
         model[key] = cli_value(args, key) or model.get(key)
@@ -68,6 +77,7 @@ def read(path: str, args: list[str], cache: str = CACHE) -> JobView:
     recipe = cli_value(args, "dataloader.recipe") or data["recipe"]
     skips = cli_value(args, "dataloader.skip_steps")
     dump = cli_value(args, "dump_folder") or job.get("job", {}).get("dump_folder") or facts["dump_folder"]
+    dump = caller_path(dump, caller)
     return JobView(
         path=path,
         recipe=recipe,
