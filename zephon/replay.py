@@ -256,8 +256,8 @@ def data_bound(pipeline) -> tuple[int, int] | None:
     nbytes = sum(shard.size for d in datasets for shard in d.plain_shards(io))
     ops = pipeline.lane_ops()
     rows = TOKENS_PER_BYTE * nbytes // ops.pack.row_len + pipeline.opts.num_lanes  # a last part row each
-    if ops.pack.algorithm != "wrap":
-        rows += nbytes  # best-fit rows may end in padding: at most one more row per document
+    if ops.pack.pads:
+        rows += nbytes  # rows that may end in padding: at most one more row per document
     return rows, nbytes
 
 

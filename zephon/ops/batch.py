@@ -1,10 +1,14 @@
 """batch: a window's rows -> microbatches of ``microbatch_size`` rows.
 
 Windows hold a whole number of microbatches, so every microbatch is full; only the last one of
-a lane whose dataset stopped is filled up with padding rows (labels all -100).
+a lane whose dataset stopped is filled up with padding rows (labels all -100), each one
+document for attention (positions 0 .. row_len - 1), so that they hold no more documents than
+``pack_flat(max_documents_per_row=...)`` allows.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from zephon.ops.base import Operator
 from zephon.ops.containers import Rows
@@ -27,5 +31,7 @@ class BatchRows(Operator):
         size, n = self.microbatch_size, len(rows)
         short = -n % size
         if short:
-            rows = Rows.concat([rows, Rows.padding(short, rows.tokens.shape[1], self.pad_id)])
+            padding = Rows.padding(short, rows.tokens.shape[1], self.pad_id)
+            padding.positions[:] = np.arange(rows.tokens.shape[1], dtype=np.int32)
+            rows = Rows.concat([rows, padding])
         return [rows.slice(a, a + size) for a in range(0, n, size)]
