@@ -61,3 +61,22 @@ def divisors(n: int, most: int = 12) -> list[int]:
     """The smallest ``most`` divisors of ``n`` (found up to its square root, not by trial to n)."""
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return sorted({*small, *(n // d for d in small)})[:most]
+
+
+def check_attention(model_config, document_mask: bool) -> None:
+    """With document masking on, every attention layer must mask documents from positions (flex
+    or varlen), else documents would attend across each other with no error."""
+    if not document_mask:
+        return
+    from torchtitan.models.common.attention import BaseAttention, FlexAttention, VarlenAttention
+
+    for fqn, attention, _, _ in model_config.traverse(BaseAttention.Config):
+        inner = attention.inner_attention
+        if not isinstance(inner, FlexAttention.Config | VarlenAttention.Config):
+            raise ValueError(
+                f"the model's attention {fqn or 'layer'} uses {type(inner).__qualname__}, which cannot mask "
+                "documents (only flex and varlen attention take TorchTitan's per-document masks), "
+                "but the data recipe masks documents ([packing] document_mask = true, the default). "
+                "Use a model config with flex or varlen attention, or set [packing] document_mask = "
+                "false (--dataloader.document_mask false) to train on whole rows"
+            )

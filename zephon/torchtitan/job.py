@@ -13,7 +13,7 @@ A job config names a TorchTitan model config and overrides its sections::
     recipe = "zephon_recipes/debug.toml"
     digests = true                   # write <dump_folder>/batch_digests.jsonl
     runner = "process"               # optional overrides: num_lanes, seed, runner,
-                                     # parallelism, prefetch
+                                     # parallelism, prefetch, document_mask, max_documents_per_row
     skip_steps = ["1200-1300"]       # drop the data of these training steps (zephon.torchtitan.skips)
 
 ``--job.config_file FILE`` selects it; ``--section.field`` on the command line still applies on
@@ -30,25 +30,18 @@ from torchtitan.config import ConfigManager
 
 from zephon.fields import check_table
 from zephon.torchtitan import cpu
-from zephon.torchtitan.checks import check_batch_geometry, check_context_length, check_vocab
-from zephon.torchtitan.dataloader import ZephonDataLoader
-from zephon.torchtitan.recipe import load_recipe, read_toml
+from zephon.torchtitan.checks import check_attention, check_batch_geometry, check_context_length, check_vocab
+from zephon.torchtitan.dataloader import ZephonDataLoader, recipe_overrides
+from zephon.torchtitan.recipe import check_packing, load_recipe, read_toml
 from zephon.torchtitan.skips import parse_skip_steps
 from zephon.torchtitan.tokenizer import ZephonTokenizer
 
 RESERVED = {"model_spec", "dataloader", "tokenizer"}  # set by zephon, not by the job's sections
-DATA_KEYS = {
-    "recipe",
-    "digests",
-    "num_lanes",
-    "seed",
-    "runner",
-    "parallelism",
-    "prefetch",
-    "loader",
-    "dataset_path",
-    "skip_steps",
-}
+# [data] keys that override the recipe's values
+OVERRIDES = (
+    "num_lanes", "seed", "runner", "parallelism", "prefetch", "document_mask", "max_documents_per_row",
+)  # fmt: skip
+DATA_KEYS = {"recipe", "digests", "loader", "dataset_path", "skip_steps", *OVERRIDES}
 LOADERS = ("zephon", "torchtitan")  # torchtitan: its own text loader, for comparisons
 
 
@@ -151,7 +144,7 @@ def apply_job(config, job: dict[str, Any], path: str) -> None:
     parse_skip_steps(data.get("skip_steps", []))  # a bad range fails here, naming it
     config.dataloader = ZephonDataLoader.Config(
         recipe=data["recipe"],
-        **{k: data[k] for k in ("num_lanes", "seed", "runner", "parallelism", "prefetch") if k in data},
+        **{k: data[k] for k in OVERRIDES if k in data},
         digest_file=digest_file,
         skip_steps=[str(entry) for entry in data.get("skip_steps", [])],
     )
@@ -188,8 +181,10 @@ def finish(config) -> None:
         return
     parse_skip_steps(loader.skip_steps)
     loader.log_freq = config.metrics.log_freq
-    recipe = load_recipe(loader.recipe, {"recipe": {"num_lanes": loader.num_lanes}})
+    recipe = load_recipe(loader.recipe, recipe_overrides(loader))
     check_context_length(recipe, config.training.seq_len)
+    check_packing(recipe, config.training.seq_len)
+    check_attention(config.model_spec.model, recipe.document_mask)
     from torchtitan.models.common.config_utils import decoder_vocab_size
 
     from zephon.io.tokenizer import load_tokenizer
