@@ -227,20 +227,22 @@ def test_a_recipe_that_does_not_fit_the_model_fails_at_launch(tmp_path, gpt2, ch
 
 
 @pytest.mark.parametrize(
-    ("args", "document_mask", "most"),
+    ("args", "document_mask", "most", "balance"),
     [
-        ([], True, None),
-        (["--dataloader.document_mask", "False"], False, None),
-        (["--dataloader.max_documents_per_row", "4"], True, 4),
+        ([], True, None, False),
+        (["--dataloader.document_mask", "False"], False, None, False),
+        (["--dataloader.max_documents_per_row", "4"], True, 4, False),
+        (["--dataloader.balance_attention", "True"], True, None, True),
     ],
 )
 def test_document_masking_is_on_by_default_and_the_command_line_switches_it(
-    tmp_path, args, document_mask, most
+    tmp_path, args, document_mask, most, balance
 ):
     config = ZephonConfigManager().parse_args(["--job.config_file", _job(tmp_path, ""), *args])
     loader = ZephonDataLoader(config.dataloader, dp_world_size=8, dp_rank=0, seq_len=128, local_batch_size=2)
-    pack = loader.pipeline.lane_ops().pack
-    assert (pack.document_mask, pack.max_documents_per_row) == (document_mask, most)
+    ops = loader.pipeline.lane_ops()
+    assert (ops.pack.document_mask, ops.pack.max_documents_per_row) == (document_mask, most)
+    assert ops.batch.balance_attention == balance
     positions = next(iter(loader))[0]["positions"]
     assert ((positions == 0).sum(dim=1) > 1).any() == document_mask
     loader.pipeline.close()

@@ -147,8 +147,10 @@ class Pipeline:
         """Shuffles packed rows within each window (put it after ``pack_flat``)."""
         return self._then(Shuffle(buffer_size, seed))
 
-    def batch(self, microbatch_size: int) -> Pipeline:
-        return self._then(BatchRows(microbatch_size, self._pad_id()))
+    def batch(self, microbatch_size: int, *, balance_attention: bool = False) -> Pipeline:
+        """Microbatches; ``balance_attention`` orders each window's rows so that their attention
+        cost is even over time (zephon.ops.balance)."""
+        return self._then(BatchRows(microbatch_size, self._pad_id(), balance_attention))
 
     def _pad_id(self) -> int:
         tok = next((op for op in self._ops if isinstance(op, Tokenize)), None)

@@ -58,6 +58,8 @@ class ZephonDataLoader(BaseDataLoader):
         (TorchTitan then masks attention per document) or count the whole row (shapes the data)."""
         max_documents_per_row: int | None = None
         """Override the recipe's [packing] max_documents_per_row (shapes the data)."""
+        balance_attention: bool | None = None
+        """Override the recipe's [packing] balance_attention (shapes the data)."""
         global_batch_size: int = -1
         """Set from training.global_batch_size by zephon's job config; checked at launch."""
         digest_file: str = ""
@@ -208,12 +210,15 @@ class ZephonDataLoader(BaseDataLoader):
         self.skips.load(saved_skips, data_steps - (saved_skips or {}).get("data_steps", 0))
 
 
+PACKING_OVERRIDES = ("document_mask", "max_documents_per_row", "balance_attention")
+
+
 def recipe_overrides(config: ZephonDataLoader.Config) -> dict[str, dict]:
     """What the loader's config overrides in its recipe (None: the recipe's value)."""
     return {
         "recipe": {k: getattr(config, k) for k in ("num_lanes", "seed", "runner", "prefetch")},
         "tokenizer": {"parallelism": config.parallelism},
-        "packing": {k: getattr(config, k) for k in ("document_mask", "max_documents_per_row")},
+        "packing": {k: getattr(config, k) for k in PACKING_OVERRIDES},
     }
 
 
@@ -241,7 +246,7 @@ def _readable(change: str) -> str:
     leaf = path.rsplit(".", 1)[-1]
     if path.startswith("operators") and leaf in ("seed", "buffer_size"):
         return f"[shuffle] {leaf} ({change})"
-    if path.endswith((".algorithm", ".pad_id", ".document_mask", ".max_documents_per_row")):
+    if path.endswith((".algorithm", ".pad_id", *(f".{k}" for k in PACKING_OVERRIDES))):
         return f"[packing] {path.rsplit('.', 1)[-1]} ({change})"
     if path.endswith((".field", ".add_bos", ".add_eos")):
         return f"[tokenizer] {path.rsplit('.', 1)[-1]} ({change})"

@@ -13,7 +13,8 @@ A job config names a TorchTitan model config and overrides its sections::
     recipe = "zephon_recipes/debug.toml"
     digests = true                   # write <dump_folder>/batch_digests.jsonl
     runner = "process"               # optional overrides: num_lanes, seed, runner,
-                                     # parallelism, prefetch, document_mask, max_documents_per_row
+                                     # parallelism, prefetch, document_mask,
+                                     # max_documents_per_row, balance_attention
     skip_steps = ["1200-1300"]       # drop the data of these training steps (zephon.torchtitan.skips)
 
 ``--job.config_file FILE`` selects it; ``--section.field`` on the command line still applies on
@@ -39,7 +40,8 @@ from zephon.torchtitan.tokenizer import ZephonTokenizer
 RESERVED = {"model_spec", "dataloader", "tokenizer"}  # set by zephon, not by the job's sections
 # [data] keys that override the recipe's values
 OVERRIDES = (
-    "num_lanes", "seed", "runner", "parallelism", "prefetch", "document_mask", "max_documents_per_row",
+    "num_lanes", "seed", "runner", "parallelism", "prefetch",
+    "document_mask", "max_documents_per_row", "balance_attention",
 )  # fmt: skip
 DATA_KEYS = {"recipe", "digests", "loader", "dataset_path", "skip_steps", *OVERRIDES}
 LOADERS = ("zephon", "torchtitan")  # torchtitan: its own text loader, for comparisons

@@ -47,6 +47,8 @@ relative to the recipe if such a file or folder exists, else a hub id or tiktoke
     document_mask = true         # positions restart at each document, so TorchTitan's attention
                                  # masks per document; false: positions count the whole row
     max_documents_per_row = 64   # optional: a row is closed at 64 documents, the rest padded
+    balance_attention = false    # true: each window's rows in an order that evens attention cost
+                                 # across steps and ranks (zephon.ops.balance)
 
     [shuffle]                    # optional: a seeded buffer of packed rows per lane
     buffer_size = 1024
@@ -114,6 +116,7 @@ class PackingSection:
     max_length: int | None = None
     document_mask: bool = True
     max_documents_per_row: int | None = None
+    balance_attention: bool = False
 
 
 @dataclass(frozen=True)
@@ -314,4 +317,6 @@ def build_pipeline(
     if "shuffle" in recipe.sections:
         shuffle = recipe.sections["shuffle"]
         pipeline = pipeline.shuffle(shuffle.get("buffer_size", 1024), seed=shuffle.get("seed", 0))
-    return pipeline.batch(microbatch_size)
+    return pipeline.batch(
+        microbatch_size, balance_attention=recipe.get("packing", "balance_attention", False)
+    )
