@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-LOOKAHEAD = 8
+LOOKAHEAD = 32  # rows leave their queue at most 31 places ahead of their turn
 
 
 def attention_cost(positions: np.ndarray) -> np.ndarray:
