@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 
 _INSTALLED = False
+_LAST_MASK: list = [None, None]  # the last BlockMask and its dense mask
+_LAST_VARLEN: list = [None, None, None]  # the last cu_seqlens, (window, group size), masks
 GROUP_TOKENS = 2048  # varlen on CPU: segments are attended in groups of about this many tokens
 
 
@@ -72,7 +74,10 @@ def dense_flex_attention(
     if score_mod is not None:
         raise NotImplementedError("zephon's CPU FlexAttention takes a mask_mod only, not a score_mod")
     batch, _, q_len, _ = q.shape
-    mask = create_mask(block_mask.mask_mod, batch, 1, q_len, k.shape[-2], device=q.device)
+    if _LAST_MASK[0] is not block_mask:  # every layer of a forward gets the same BlockMask
+        mask = create_mask(block_mask.mask_mod, batch, 1, q_len, k.shape[-2], device=q.device)
+        _LAST_MASK[:] = [block_mask, mask]
+    mask = _LAST_MASK[1]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=enable_gqa)
     lse = None
     if return_aux is not None and return_aux.lse:
@@ -96,15 +101,25 @@ def dense_varlen_attention(
         raise NotImplementedError("zephon's CPU varlen attention returns no auxiliary outputs")
     if not torch.equal(cu_seq_q, cu_seq_k):
         raise NotImplementedError("zephon's CPU varlen attention needs the same segments for q and k")
-    bounds = [int(b) for b in cu_seq_q.tolist()]
     out = []
-    for start, stop in _groups(bounds, GROUP_TOKENS):
-        seg = _segment_ids(bounds, start, stop, q.device)
-        mask = (seg[:, None] == seg[None, :]) & _window(stop - start, window_size, q.device)
+    for start, stop, mask in _varlen_masks(cu_seq_q, tuple(window_size), q.device):
         qs, ks, vs = (x[start:stop].transpose(0, 1).unsqueeze(0) for x in (q, k, v))
         o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scale, enable_gqa=enable_gqa)
         out.append(o.squeeze(0).transpose(0, 1))
     return torch.cat(out)
+
+
+def _varlen_masks(cu_seq: torch.Tensor, window_size: tuple[int, int], device) -> list:
+    """``(start, stop, mask)`` per group of segments; every layer of a forward gets the same
+    ``cu_seq`` tensor, so the last one's are kept."""
+    if _LAST_VARLEN[0] is not cu_seq or _LAST_VARLEN[1] != (window_size, GROUP_TOKENS):
+        bounds, groups = [int(b) for b in cu_seq.tolist()], []
+        for start, stop in _groups(bounds, GROUP_TOKENS):
+            seg = _segment_ids(bounds, start, stop, device)
+            mask = (seg[:, None] == seg[None, :]) & _window(stop - start, window_size, device)
+            groups.append((start, stop, mask))
+        _LAST_VARLEN[:] = [cu_seq, (window_size, GROUP_TOKENS), groups]
+    return _LAST_VARLEN[2]
 
 
 def _groups(bounds: list[int], most: int) -> list[tuple[int, int]]:
