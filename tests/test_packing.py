@@ -9,7 +9,7 @@ import pytest
 
 from zephon import Dataset, Pipeline
 from zephon.io.tokenizer import load_tokenizer
-from zephon.testing import drain
+from zephon.testing import check_conformance, drain, run_job
 
 EOS = 50256
 
@@ -190,3 +190,104 @@ def test_best_fit_splits_a_document_longer_than_a_row(tmp_path, gpt2):
     )
     assert all(b.positions[0, 0] == 0 for b in rows)
     assert max(int(b.positions.max()) for b in rows) <= 99
+
+
+# -- rules for document masking: positions per document or per row, a bound on a row's documents
+
+
+def _make(corpus, gpt2, *, world=1, rank=0, algorithm="wrap", exhausted="stop", shuffle=True, **packing):
+    ds = Dataset.from_path("synthetic", corpus, exhausted=exhausted)
+    pipeline = (
+        Pipeline(ds)
+        .options(num_lanes=4, chunk_bytes=4096, dp_rank=rank, dp_world_size=world)
+        .tokenize(gpt2)
+        .pack_flat(50, algorithm=algorithm, **packing)
+    )
+    return (pipeline.shuffle(8, seed=1) if shuffle else pipeline).batch(microbatch_size=2)
+
+
+def _documents_per_row(batch) -> np.ndarray:
+    """The documents TorchTitan finds in each row's inputs: where positions are 0."""
+    return (batch.to_training()["positions"] == 0).sum(axis=1)
+
+
+@pytest.mark.parametrize(("algorithm", "most"), [("wrap", 1), ("wrap", 3), ("best_fit", 2)])
+def test_max_documents_per_row_bounds_every_rows_documents_and_pads_the_rest(corpus, gpt2, algorithm, most):
+    batches = drain(_make(corpus, gpt2, algorithm=algorithm, max_documents_per_row=most), 10**6)
+    counts = np.concatenate([_documents_per_row(b) for b in batches])
+    assert counts.max() == most and counts.min() >= 1
+    free = np.concatenate(
+        [_documents_per_row(b) for b in drain(_make(corpus, gpt2, algorithm=algorithm), 50)]
+    )
+    assert free.max() > most, "without the bound rows hold more"
+    for b in batches:
+        t, pad = b.to_training(), b.sources[:, 1:] < 0
+        assert (t["labels"][pad] == -100).all() and (t["labels"][~pad] >= 0).all()
+        for row in b.sources:  # padding only at a row's end
+            valid = np.flatnonzero(row >= 0)
+            assert len(valid) == 0 or valid[-1] == len(valid) - 1
+
+
+def test_a_bounded_wrap_delivers_every_document_once_and_counts_only_real_tokens(corpus, corpus_docs, gpt2):
+    pipeline = _make(corpus, gpt2, max_documents_per_row=2)
+    batches = sorted(drain(pipeline, 10**6), key=lambda b: (b.lane, b.index))
+    unshuffled = _make(corpus, gpt2, max_documents_per_row=2, shuffle=False)  # rows in packing order
+    assert _docs_from_batches(drain(unshuffled, 10**6)) == _expected_docs(
+        [d["text"] for d in corpus_docs], gpt2
+    )
+    delivered = sum(int((b.sources >= 0).sum()) for b in batches)
+    assert delivered == sum(pipeline.stats()["tokens"].values())
+    assert sum(int((b.sources < 0).sum()) for b in batches) > 0, "bounded rows end in padding"
+
+
+@pytest.mark.parametrize("algorithm", ["wrap", "best_fit"])
+def test_bounded_packing_gives_the_same_global_steps_on_1_2_and_4_ranks_and_resumes(corpus, gpt2, algorithm):
+    def rank(world, r):
+        return _make(corpus, gpt2, world=world, rank=r, algorithm=algorithm, exhausted="repeat",
+                    max_documents_per_row=3)  # fmt: skip
+
+    steps = 6
+    baseline, _ = run_job(rank, 1, steps, 1)
+    for world in (2, 4):
+        assert run_job(rank, world, steps, 1)[0] == baseline
+    first, state = run_job(rank, 2, 2, 1)
+    rest, _ = run_job(rank, 4, steps - 2, 1, state=state)
+    assert {**first, **rest} == baseline
+    check_conformance(lambda: rank(1, 0), steps=10, every=3)
+
+
+def test_without_document_mask_positions_count_the_whole_row_and_the_tokens_stay(corpus, gpt2):
+    masked = drain(_make(corpus, gpt2), 12)
+    whole = drain(_make(corpus, gpt2, document_mask=False), 12)
+    for a, b in zip(masked, whole, strict=True):
+        assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.sources, b.sources)
+        assert (b.positions == np.arange(51)).all()
+    assert max(_documents_per_row(a).max() for a in masked) > 1
+    assert [a.digest() for a in masked] != [b.digest() for b in whole]
+
+
+def test_the_packing_rules_shape_the_data_and_a_restore_under_another_is_refused_by_name(corpus, gpt2):
+    base = _make(corpus, gpt2)
+    pack = next(op for op in base.fingerprint()["operators"] if op["kind"] == "pack_flat")
+    assert sorted(pack) == ["algorithm", "kind", "max_length", "pad_id"], "older checkpoints still load"
+    state = _make(corpus, gpt2, max_documents_per_row=4).state_dict()
+    with pytest.raises(ValueError, match=r"max_documents_per_row"):
+        _make(corpus, gpt2, max_documents_per_row=5).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"document_mask"):
+        _make(corpus, gpt2, document_mask=False).load_state_dict(base.state_dict())
+
+
+@pytest.mark.parametrize(
+    ("packing", "message"),
+    [
+        (dict(max_documents_per_row=0), "max_documents_per_row=0"),
+        (
+            dict(document_mask=False, max_documents_per_row=2),
+            "with document_mask=False a row is one document",
+        ),
+        (dict(document_mask="yes"), "document_mask='yes'"),
+    ],
+)
+def test_impossible_packing_rules_are_refused(corpus, gpt2, packing, message):
+    with pytest.raises(ValueError, match=message):
+        _make(corpus, gpt2, **packing)

@@ -52,6 +52,7 @@ def test_every_shipped_job_config_is_valid(path):
         ("[recipe]\nnum_lanes = '8'\n", r"\[recipe\]: num_lanes = '8' should be an int"),
         ("[recipe]\nflush_every = 4\n", r"\[recipe\]: unknown key 'flush_every'; valid keys: .*window_rows"),
         ("[packing]\nalgorithm = 1\n", r"\[packing\]: algorithm = 1 should be a string"),
+        ("[packing]\ndocument_mask = 1\n", r"\[packing\]: document_mask = 1 should be true or false"),
         ("[tokenizer]\nid = 'x'\n", r"add at least one \[\[datasets\]\] table"),
         ("[tokenizer]\nid = 'x'\n[[datasets]]\nname = 'a'\n", r"\[\[datasets\]\] #1 needs 'path'"),
         (
@@ -233,6 +234,57 @@ def test_a_recipe_that_does_not_fit_the_model_fails_at_launch(tmp_path, gpt2, ch
     else:
         recipe = recipe_copy(str(tmp_path), **{'algorithm = "wrap"': 'algorithm = "wrap"\nmax_length = 256'})
     with pytest.raises(ValueError, match=message):
+        ZephonConfigManager().parse_args(
+            ["--job.config_file", _job(tmp_path, ""), "--dataloader.recipe", recipe]
+        )
+
+
+@pytest.mark.parametrize(
+    ("args", "document_mask", "most", "balance"),
+    [
+        ([], True, None, False),
+        (["--dataloader.document_mask", "False"], False, None, False),
+        (["--dataloader.max_documents_per_row", "4"], True, 4, False),
+        (["--dataloader.balance_attention", "True"], True, None, True),
+    ],
+)
+def test_document_masking_is_on_by_default_and_the_command_line_switches_it(
+    tmp_path, args, document_mask, most, balance
+):
+    config = ZephonConfigManager().parse_args(["--job.config_file", _job(tmp_path, ""), *args])
+    loader = ZephonDataLoader(config.dataloader, dp_world_size=8, dp_rank=0, seq_len=128, local_batch_size=2)
+    ops = loader.pipeline.lane_ops()
+    assert (ops.pack.document_mask, ops.pack.max_documents_per_row) == (document_mask, most)
+    assert ops.batch.balance_attention == balance
+    positions = next(iter(loader))[0]["positions"]
+    assert ((positions == 0).sum(dim=1) > 1).any() == document_mask
+    loader.pipeline.close()
+
+
+def test_a_model_whose_attention_cannot_mask_documents_is_refused_naming_the_switch():
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.llama3 import model_registry
+
+    from zephon.torchtitan.checks import attention_kinds, check_attention
+
+    for backend in ("flex", "varlen"):
+        check_attention(attention_kinds(model_registry("debugmodel", attn_backend=backend).model), True)
+    model = model_registry("debugmodel").model
+    model.layers[3].attention.inner_attention = ScaledDotProductAttention.Config()
+    with pytest.raises(
+        ValueError, match=r"layers.3.attention uses ScaledDotProductAttention.*document_mask = false"
+    ):
+        check_attention(attention_kinds(model), True)
+    check_attention(attention_kinds(model), False)
+
+
+def test_a_packing_rule_that_cannot_hold_fails_at_launch_naming_it(tmp_path):
+    from train_jobs import recipe_copy
+
+    recipe = recipe_copy(
+        str(tmp_path), **{'algorithm = "wrap"': 'algorithm = "wrap"\nmax_documents_per_row = 0'}
+    )
+    with pytest.raises(ValueError, match=r"\[packing\] pack_flat\(max_documents_per_row=0\)"):
         ZephonConfigManager().parse_args(
             ["--job.config_file", _job(tmp_path, ""), "--dataloader.recipe", recipe]
         )

@@ -121,15 +121,28 @@ class Pipeline:
             Tokenize(tokenizer_id, field, add_bos, add_eos, parallelism, backend, image_field, image_token)
         )
 
-    def pack_flat(self, max_length: int, algorithm: str = "wrap") -> Pipeline:
-        return self._then(PackFlat(max_length, algorithm, self._pad_id()))
+    def pack_flat(
+        self,
+        max_length: int,
+        algorithm: str = "wrap",
+        *,
+        document_mask: bool = True,
+        max_documents_per_row: int | None = None,
+    ) -> Pipeline:
+        """Packed rows (zephon.ops.pack): positions restart at each document unless
+        ``document_mask=False``; ``max_documents_per_row`` bounds a row's documents."""
+        return self._then(
+            PackFlat(max_length, algorithm, self._pad_id(), document_mask, max_documents_per_row)
+        )
 
     def shuffle(self, buffer_size: int, seed: int = 0) -> Pipeline:
         """Shuffles packed rows within each window (put it after ``pack_flat``)."""
         return self._then(Shuffle(buffer_size, seed))
 
-    def batch(self, microbatch_size: int) -> Pipeline:
-        return self._then(BatchRows(microbatch_size, self._pad_id()))
+    def batch(self, microbatch_size: int, *, balance_attention: bool = False) -> Pipeline:
+        """Microbatches; ``balance_attention`` orders each window's rows so that their attention
+        cost is even over time (zephon.ops.balance)."""
+        return self._then(BatchRows(microbatch_size, self._pad_id(), balance_attention))
 
     def _pad_id(self) -> int:
         tok = next((op for op in self._ops if isinstance(op, Tokenize)), None)

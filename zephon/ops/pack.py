@@ -13,7 +13,16 @@ empty.
 
 ``positions`` restart at 0 at every document start and wherever a document was cut (a row that
 begins inside a document, a piece of an overlong one), so that attention can be masked per
-document and rotary positions stay below the row length.
+document and rotary positions stay below the row length. This is what TorchTitan's masks need:
+they find documents where positions are 0 (``get_document_mask_mod``, varlen ``cu_seqlens``), so
+a cut document's rest is a document of its own in the next row, attending only to itself, from
+position 0, as TorchTitan's own loader gives it. With ``document_mask=False`` positions count the
+whole row instead (0 .. row_len - 1): one document per row for attention and rotary positions.
+
+``max_documents_per_row`` bounds the pieces (documents, and rests of cut documents) of a row, for
+kernels that need a bound: a row is closed once it holds that many, and the rest of it is
+padding, whose positions go on from its last piece so that padding adds no document. Wrap then
+takes one document at a time, and best-fit opens no bin past the bound.
 """
 
 from __future__ import annotations
@@ -34,33 +43,79 @@ class PackFlat(Operator):
     takes = ("docs",)
     gives = "rows"
 
-    def __init__(self, max_length: int, algorithm: str = "wrap", pad_id: int = 0):
+    def __init__(
+        self,
+        max_length: int,
+        algorithm: str = "wrap",
+        pad_id: int = 0,
+        document_mask: bool = True,
+        max_documents_per_row: int | None = None,
+    ):
         if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
             raise ValueError(f"pack_flat(max_length={max_length!r}): must be an int >= 1")
         if algorithm not in ALGORITHMS:
             raise ValueError(f"pack_flat(algorithm={algorithm!r}): expected one of {ALGORITHMS}")
+        if not isinstance(document_mask, bool):
+            raise ValueError(f"pack_flat(document_mask={document_mask!r}): must be True or False")
+        most = max_documents_per_row
+        if most is not None and (not isinstance(most, int) or isinstance(most, bool) or most < 1):
+            raise ValueError(f"pack_flat(max_documents_per_row={most!r}): must be an int >= 1, or None")
+        if most is not None and not document_mask:
+            raise ValueError(
+                "pack_flat(max_documents_per_row=...) bounds the documents attention sees in a row; "
+                "with document_mask=False a row is one document: drop one of the two"
+            )
         self.max_length, self.algorithm, self.pad_id = max_length, algorithm, int(pad_id)
+        self.document_mask, self.max_documents_per_row = document_mask, most
 
     @property
     def row_len(self) -> int:
         return self.max_length + 1  # input_ids = row[:-1], labels = row[1:]
 
+    @property
+    def pads(self) -> bool:
+        """Whether rows before a lane's end may end in padding."""
+        return self.algorithm != "wrap" or self.max_documents_per_row is not None
+
     def params(self) -> dict:
-        return {"max_length": self.max_length, "algorithm": self.algorithm, "pad_id": self.pad_id}
+        out = {"max_length": self.max_length, "algorithm": self.algorithm, "pad_id": self.pad_id}
+        if not self.document_mask:  # only where set: fingerprints of recipes without them stay
+            out["document_mask"] = False
+        if self.max_documents_per_row is not None:
+            out["max_documents_per_row"] = self.max_documents_per_row
+        return out
 
     def fill(self, mixer: Mixer, rows: int) -> Rows:
         """The next window: ``rows`` rows, fewer only once the mixer has ended."""
+        most = self.max_documents_per_row
         if self.algorithm == "wrap":
-            pieces, lengths = wrap(mixer, rows, self.row_len)
+            pieces, lengths = wrap(mixer, rows, self.row_len, most)
         else:
-            bins = best_fit(mixer, rows, self.row_len)
+            bins = best_fit(mixer, rows, self.row_len, most)
             pieces = [p for b in bins for p in b]
             lengths = [sum(len(p) for p in b) for b in bins]
-        return build_rows(pieces, lengths, self.row_len, self.pad_id)
+        out = build_rows(pieces, lengths, self.row_len, self.pad_id)
+        if not self.document_mask:
+            out.positions[:] = np.arange(self.row_len, dtype=np.int32)
+        elif most is not None:
+            continue_into_padding(out.positions, lengths)
+        return out
 
 
-def wrap(mixer: Mixer, rows: int, row_len: int) -> tuple[list[Piece], list[int]]:
-    """Pieces that fill ``rows`` rows end to end, and the tokens in each row."""
+def continue_into_padding(positions: np.ndarray, lengths: list[int]) -> None:
+    """Padding after a row's last piece continues its positions (an empty row counts from 0)."""
+    row_len = positions.shape[1]
+    for r, n in enumerate(lengths):
+        if n < row_len:
+            first = positions[r, n - 1] + 1 if n else 0
+            positions[r, n:] = np.arange(first, first + row_len - n, dtype=np.int32)
+
+
+def wrap(mixer: Mixer, rows: int, row_len: int, most: int | None = None) -> tuple[list[Piece], list[int]]:
+    """Pieces that fill ``rows`` rows end to end, and the tokens in each row; with ``most``, a
+    row is closed at ``most`` pieces."""
+    if most is not None:
+        return _wrap_bounded(mixer, rows, row_len, most)
     pieces, filled, want = [], 0, rows * row_len
     while filled < want:
         piece = mixer.take(row_len - filled % row_len, runs=True)
@@ -72,8 +127,24 @@ def wrap(mixer: Mixer, rows: int, row_len: int) -> tuple[list[Piece], list[int]]
     return pieces, lengths
 
 
-def best_fit(mixer: Mixer, rows: int, row_len: int) -> list[list[Piece]]:
-    """Pieces packed into at most ``rows`` rows (exactly ``rows`` unless the mixer ended)."""
+def _wrap_bounded(mixer: Mixer, rows: int, row_len: int, most: int) -> tuple[list[Piece], list[int]]:
+    pieces, lengths = [], []
+    while len(lengths) < rows:
+        filled = count = 0
+        while filled < row_len and count < most:
+            piece = mixer.take(row_len - filled)  # one document at a time: each piece is counted
+            if piece is None:
+                return pieces, lengths + ([filled] if filled else [])
+            pieces.append(piece)
+            filled, count = filled + len(piece), count + 1
+        lengths.append(filled)
+    return pieces, lengths
+
+
+def best_fit(mixer: Mixer, rows: int, row_len: int, most: int | None = None) -> list[list[Piece]]:
+    """Pieces packed into at most ``rows`` rows (exactly ``rows`` unless the mixer ended), at
+    most ``most`` pieces a row if given."""
+    most = most or row_len  # a piece holds at least one token
     pieces, snapshots, total = [], [], 0
     while True:  # the longest prefix whose tokens fit the window
         snapshot = mixer.snapshot()
@@ -86,19 +157,18 @@ def best_fit(mixer: Mixer, rows: int, row_len: int) -> list[list[Piece]]:
         pieces.append(piece)
         snapshots.append(snapshot)
         total += len(piece)
-    bins = decreasing([len(p) for p in pieces], row_len)
+    lengths = [len(p) for p in pieces]
+    bins = decreasing(lengths, row_len, most)
     if len(bins) > rows:  # fragmentation: the longest prefix that does fit
         lo, hi = 0, len(pieces)  # bins(lo) <= rows < bins(hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            lo, hi = (
-                (mid, hi) if len(decreasing([len(p) for p in pieces[:mid]], row_len)) <= rows else (lo, mid)
-            )
+            lo, hi = (mid, hi) if len(decreasing(lengths[:mid], row_len, most)) <= rows else (lo, mid)
         mixer.restore(snapshots[lo])
         pieces = pieces[:lo]
-        bins = decreasing([len(p) for p in pieces], row_len)
+        bins = decreasing(lengths[:lo], row_len, most)
     out = [[pieces[i] for i in b] for b in bins]
-    free = sorted((row_len - sum(len(p) for p in b), r) for r, b in enumerate(out))
+    free = sorted((row_len - sum(len(p) for p in b), r) for r, b in enumerate(out) if len(b) < most)
     while True:  # then best fit for the documents that follow, until one fits nowhere
         snapshot = mixer.snapshot()
         piece = mixer.take(row_len)
@@ -108,18 +178,22 @@ def best_fit(mixer: Mixer, rows: int, row_len: int) -> list[list[Piece]]:
         if at < len(free):
             space, r = free.pop(at)
             out[r].append(piece)
-            bisect.insort(free, (space - len(piece), r))
+            if len(out[r]) < most:
+                bisect.insort(free, (space - len(piece), r))
         elif len(out) < rows:
             out.append([piece])
-            bisect.insort(free, (row_len - len(piece), len(out) - 1))
+            if most > 1:
+                bisect.insort(free, (row_len - len(piece), len(out) - 1))
         else:
             mixer.restore(snapshot)
             break
     return out
 
 
-def decreasing(lengths: list[int], row_len: int) -> list[list[int]]:
-    """Best-fit decreasing: item indices per bin, bins in the order they were opened."""
+def decreasing(lengths: list[int], row_len: int, most: int | None = None) -> list[list[int]]:
+    """Best-fit decreasing: item indices per bin, bins in the order they were opened; a bin
+    holds at most ``most`` items if given."""
+    most = most or max(len(lengths), 1)
     bins: list[list[int]] = []
     free: list[tuple[int, int]] = []  # (space left, bin), sorted: best fit = first that fits
     for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
@@ -131,7 +205,8 @@ def decreasing(lengths: list[int], row_len: int) -> list[list[int]]:
             space, b = free.pop(at)
             bins[b].append(i)
             space -= lengths[i]
-        bisect.insort(free, (space, b))
+        if len(bins[b]) < most:
+            bisect.insort(free, (space, b))
     return bins
 
 

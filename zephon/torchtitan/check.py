@@ -4,7 +4,8 @@ The launch checks of a job, run before torchrun starts a process: the ones the t
 makes before step 1 (zephon.torchtitan.job ``finish``), with the world size torchrun will make
 (``NGPU`` processes per node). The DP size divides the recipe's ``num_lanes``, the global batch
 splits across the lanes, the tokenizer fits the model's vocabulary, the recipe's context length
-is ``training.seq_len``; the job config, the recipe and ``skip_steps`` parse. run_train.sh runs it
+is ``training.seq_len``, the packing rules hold and the model's attention masks documents where
+the recipe asks; the job config, the recipe and ``skip_steps`` parse. run_train.sh runs it
 first, so a job that cannot start says why in the last lines of its output, in about a second
 (zephon.torchtitan.jobview: no TorchTitan import), not in the middle of every rank's traceback
 followed by torchrun's summary.
@@ -19,10 +20,10 @@ import argparse
 import logging
 import sys
 
-from zephon.torchtitan.checks import check_batch_geometry, check_context_length, check_vocab
+from zephon.torchtitan.checks import check_attention, check_batch_geometry, check_context_length, check_vocab
 from zephon.torchtitan.jobfile import batch_rows, data_parallel_size
 from zephon.torchtitan.jobview import JobView, read
-from zephon.torchtitan.recipe import load_recipe
+from zephon.torchtitan.recipe import check_packing, load_recipe
 from zephon.torchtitan.skips import parse_skip_steps
 
 PROG = "python -m zephon.torchtitan.check"
@@ -35,6 +36,8 @@ def check(view: JobView, world_size: int) -> str:
     parse_skip_steps(view.skip_steps)
     recipe = load_recipe(view.recipe, view.overrides)
     check_context_length(recipe, view.training.seq_len)
+    check_packing(recipe, view.training.seq_len)
+    check_attention(view.attention, recipe.document_mask)
     from zephon.io.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(recipe.tokenizer_id)

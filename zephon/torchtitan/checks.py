@@ -61,3 +61,33 @@ def divisors(n: int, most: int = 12) -> list[int]:
     """The smallest ``most`` divisors of ``n`` (found up to its square root, not by trial to n)."""
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return sorted({*small, *(n // d for d in small)})[:most]
+
+
+def attention_kinds(model_config) -> list[tuple[str, str]]:
+    """Each attention layer of a TorchTitan model config and its inner attention's kind."""
+    from torchtitan.models.common.attention import BaseAttention
+
+    return [
+        (fqn or "layer", type(attention.inner_attention).__qualname__)
+        for fqn, attention, _, _ in model_config.traverse(BaseAttention.Config)
+    ]
+
+
+MASKING_ATTENTION = ("FlexAttention.Config", "VarlenAttention.Config")  # take TorchTitan's document masks
+
+
+def check_attention(kinds: list[tuple[str, str]], document_mask: bool) -> None:
+    """With document masking on, every attention layer must mask documents from positions (flex
+    or varlen), else documents would attend across each other with no error. ``kinds``: from
+    :func:`attention_kinds`."""
+    if not document_mask:
+        return
+    for fqn, kind in kinds:
+        if kind not in MASKING_ATTENTION:
+            raise ValueError(
+                f"the model's attention {fqn} uses {kind}, which cannot mask "
+                "documents (only flex and varlen attention take TorchTitan's per-document masks), "
+                "but the data recipe masks documents ([packing] document_mask = true, the default). "
+                "Use a model config with flex or varlen attention, or set [packing] document_mask = "
+                "false (--dataloader.document_mask false) to train on whole rows"
+            )

@@ -12,9 +12,12 @@ smallest change that works):
    ``init_process_group`` then picks gloo.
 2. Summed FSDP reductions: TorchTitan sets FSDP's gradient divide factor to 1, so torch reduces
    with ``PREMUL_SUM``, which gloo lacks; forcing plain SUM is the same math.
-3. Config switches (:func:`configure`): SDPA instead of FlexAttention (no FlexAttention backward
-   on CPU; SDPA masks causally, not per document), the ``partial_dtensor`` SPMD backend (the
-   default ``spmd_types`` fails in FSDP with DP > 1 on this torch), no CUDA graphs.
+3. Attention: the model's own attention modules and the per-document masks TorchTitan builds
+   from the loader's positions, as on GPUs; only the kernels without a CPU backward (compiled
+   FlexAttention, FlashAttention varlen) are computed densely with the same masks
+   (zephon.torchtitan.attention).
+4. Config switches (:func:`configure`): the ``partial_dtensor`` SPMD backend (the default
+   ``spmd_types`` fails in FSDP with DP > 1 on this torch), no CUDA graphs.
 
 Independent of the device (:func:`install_torch_compat`, on GPUs too): torch 2.13 lacks
 ``torch.distributed.set_timeout``, which TorchTitan 0.3.0 calls after step 1; its private twin
@@ -28,6 +31,8 @@ import sys
 import types
 
 import torch
+
+from zephon.torchtitan import attention
 
 _INSTALLED = False
 
@@ -93,6 +98,7 @@ def install() -> None:
     install_torch_compat()
     _select_cpu_device()
     _force_summed_fsdp_reductions()
+    attention.install()
 
 
 def _select_cpu_device() -> None:
@@ -127,12 +133,5 @@ def configure(config) -> None:
     """The config switches CPU needs (see the module docstring); nothing on GPUs."""
     if not on_cpu():
         return
-    from torchtitan.models.common.attention import FlexAttention, ScaledDotProductAttention
-
     config.parallelism.spmd_backend = "partial_dtensor"
     config.training.disable_cuda_graphs = True
-    for _, _, parent, attr in list(config.model_spec.model.traverse(FlexAttention.Config)):
-        if isinstance(parent, list):
-            parent[attr] = ScaledDotProductAttention.Config()
-        else:
-            setattr(parent, attr, ScaledDotProductAttention.Config())

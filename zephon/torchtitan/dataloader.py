@@ -55,6 +55,13 @@ class ZephonDataLoader(BaseDataLoader):
         """Override the recipe's tokenizer parallelism (performance only)."""
         prefetch: int | None = None
         """Override the recipe's prefetch (performance only)."""
+        document_mask: bool | None = None
+        """Override the recipe's [packing] document_mask: positions restart at each document
+        (TorchTitan then masks attention per document) or count the whole row (shapes the data)."""
+        max_documents_per_row: int | None = None
+        """Override the recipe's [packing] max_documents_per_row (shapes the data)."""
+        balance_attention: bool | None = None
+        """Override the recipe's [packing] balance_attention (shapes the data)."""
         global_batch_size: int = -1
         """Set from training.global_batch_size by zephon's job config; checked at launch."""
         digest_file: str = ""
@@ -81,11 +88,7 @@ class ZephonDataLoader(BaseDataLoader):
         **kwargs,
     ):
         self.config = config
-        overrides = {
-            "recipe": {k: getattr(config, k) for k in ("num_lanes", "seed", "runner", "prefetch")},
-            "tokenizer": {"parallelism": config.parallelism},
-        }
-        self.recipe = load_recipe(config.recipe, overrides)
+        self.recipe = load_recipe(config.recipe, recipe_overrides(config))
         self.global_batch_size = config.global_batch_size
         self.per_lane = check_batch_geometry(
             num_lanes=self.recipe.num_lanes,
@@ -216,6 +219,18 @@ class ZephonDataLoader(BaseDataLoader):
         self.skips.load(saved_skips, data_steps - (saved_skips or {}).get("data_steps", 0))
 
 
+PACKING_OVERRIDES = ("document_mask", "max_documents_per_row", "balance_attention")
+
+
+def recipe_overrides(config: ZephonDataLoader.Config) -> dict[str, dict]:
+    """What the loader's config overrides in its recipe (None: the recipe's value)."""
+    return {
+        "recipe": {k: getattr(config, k) for k in ("num_lanes", "seed", "runner", "prefetch")},
+        "tokenizer": {"parallelism": config.parallelism},
+        "packing": {k: getattr(config, k) for k in PACKING_OVERRIDES},
+    }
+
+
 def _lane_key(lane: str | int) -> str:
     return f"lane_{int(lane):05d}"
 
@@ -240,7 +255,7 @@ def _readable(change: str) -> str:
     leaf = path.rsplit(".", 1)[-1]
     if path.startswith("operators") and leaf in ("seed", "buffer_size"):
         return f"[shuffle] {leaf} ({change})"
-    if path.endswith((".algorithm", ".pad_id")):
+    if path.endswith((".algorithm", ".pad_id", *(f".{k}" for k in PACKING_OVERRIDES))):
         return f"[packing] {path.rsplit('.', 1)[-1]} ({change})"
     if path.endswith((".field", ".add_bos", ".add_eos")):
         return f"[tokenizer] {path.rsplit('.', 1)[-1]} ({change})"

@@ -13,7 +13,8 @@ A job config names a TorchTitan model config and overrides its sections::
     recipe = "zephon_recipes/debug.toml"
     digests = true                   # write <dump_folder>/batch_digests.jsonl
     runner = "process"               # optional overrides: num_lanes, seed, runner,
-                                     # parallelism, prefetch
+                                     # parallelism, prefetch, document_mask,
+                                     # max_documents_per_row, balance_attention
     skip_steps = ["1200-1300"]       # drop the data of these training steps (zephon.torchtitan.skips)
 
 ``--job.config_file FILE`` selects it; ``--section.field`` on the command line still applies on
@@ -34,10 +35,17 @@ from torchtitan.config import ConfigManager
 
 from zephon.fields import check_table
 from zephon.torchtitan import cpu
-from zephon.torchtitan.checks import check_batch_geometry, check_context_length, check_vocab
-from zephon.torchtitan.dataloader import ZephonDataLoader
+from zephon.torchtitan.checks import (
+    attention_kinds,
+    check_attention,
+    check_batch_geometry,
+    check_context_length,
+    check_vocab,
+)
+from zephon.torchtitan.dataloader import ZephonDataLoader, recipe_overrides
 from zephon.torchtitan.jobfile import (
     CALLER,
+    OVERRIDES,
     batch_rows,
     caller_path,
     cli_value,
@@ -48,7 +56,7 @@ from zephon.torchtitan.jobfile import (
     read_job,
     recipe_dump_folder,
 )
-from zephon.torchtitan.recipe import load_recipe
+from zephon.torchtitan.recipe import check_packing, load_recipe
 from zephon.torchtitan.skips import parse_skip_steps
 from zephon.torchtitan.tokenizer import ZephonTokenizer
 
@@ -157,7 +165,7 @@ def apply_job(config, job: dict[str, Any], path: str) -> None:
     parse_skip_steps(data.get("skip_steps", []))  # a bad range fails here, naming it
     config.dataloader = ZephonDataLoader.Config(
         recipe=data["recipe"],
-        **{k: data[k] for k in ("num_lanes", "seed", "runner", "parallelism", "prefetch") if k in data},
+        **{k: data[k] for k in OVERRIDES if k in data},
         digest_file=digest_file,
         skip_steps=[str(entry) for entry in data.get("skip_steps", [])],
     )
@@ -196,8 +204,10 @@ def finish(config) -> None:
         return
     parse_skip_steps(loader.skip_steps)
     loader.log_freq = config.metrics.log_freq
-    recipe = load_recipe(loader.recipe, {"recipe": {"num_lanes": loader.num_lanes}})
+    recipe = load_recipe(loader.recipe, recipe_overrides(loader))
     check_context_length(recipe, config.training.seq_len)
+    check_packing(recipe, config.training.seq_len)
+    check_attention(attention_kinds(config.model_spec.model), recipe.document_mask)
     from torchtitan.models.common.config_utils import decoder_vocab_size
 
     from zephon.io.tokenizer import load_tokenizer

@@ -25,21 +25,15 @@ from typing import Any
 
 from zephon.torchtitan.recipe import read_toml
 
-DATA_KEYS = {
-    "recipe",
-    "digests",
-    "num_lanes",
-    "seed",
-    "runner",
-    "parallelism",
-    "prefetch",
-    "loader",
-    "dataset_path",
-    "skip_steps",
-}
+# [data] keys that override the recipe's values
+OVERRIDES = (
+    "num_lanes", "seed", "runner", "parallelism", "prefetch",
+    "document_mask", "max_documents_per_row", "balance_attention",
+)  # fmt: skip
+DATA_KEYS = {"recipe", "digests", "loader", "dataset_path", "skip_steps", *OVERRIDES}
 LOADERS = ("zephon", "torchtitan")  # torchtitan: its own text loader, for comparisons
 # [data] keys that are ZephonDataLoader.Config fields: the same name under --dataloader.
-DATA_ON_COMMAND_LINE = ("recipe", "num_lanes", "seed", "runner", "parallelism", "prefetch", "skip_steps")
+DATA_ON_COMMAND_LINE = ("recipe", *OVERRIDES, "skip_steps")
 BOOLEANS = {"true": True, "false": False}
 
 

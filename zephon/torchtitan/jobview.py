@@ -22,7 +22,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from zephon.torchtitan.jobfile import (
+    BOOLEANS,
     CALLER,
+    OVERRIDES,
     caller_path,
     cli_value,
     from_caller,
@@ -40,6 +42,8 @@ PARALLELISM = (
     "pipeline_parallel_degree",
     "pipeline_parallel_microbatch_size",
 )
+SWITCHES = ("document_mask", "balance_attention")
+FACTS_VERSION = 2  # of what read_model_facts keeps: a new field starts a new cache file
 log = logging.getLogger(__name__)
 
 CACHE = os.path.join("~", ".cache", "zephon", "models")
@@ -51,13 +55,14 @@ class JobView:
 
     path: str
     recipe: str
-    overrides: dict  # the job's [data] num_lanes, seed, runner, parallelism, prefetch, for load_recipe
+    overrides: dict  # the job's [data] overrides of the recipe (jobfile.OVERRIDES), for load_recipe
     skip_steps: list[str]
     loader: str
     dump_folder: str
     training: SimpleNamespace  # seq_len, local_batch_size, global_batch_size, steps
     parallelism: SimpleNamespace  # the degrees TorchTitan's DP size follows from
     vocab_size: int
+    attention: list[tuple[str, str]]  # each attention layer and its kind (checks.attention_kinds)
 
 
 def read(path: str, args: list[str], cache: str = CACHE) -> JobView:
@@ -88,20 +93,27 @@ def read(path: str, args: list[str], cache: str = CACHE) -> JobView:
         training=_section("training", TRAINING, job, args, facts),
         parallelism=_section("parallelism", PARALLELISM, job, args, facts),
         vocab_size=facts["vocab_size"],
+        attention=[tuple(kind) for kind in facts["attention"]],
     )
 
 
 def _loader_overrides(data: dict, args: list[str]) -> dict:
     """The recipe settings the job overrides, as ZephonDataLoader passes them to load_recipe."""
     values = {}
-    for key in ("num_lanes", "seed", "runner", "parallelism", "prefetch"):
+    for key in OVERRIDES:
         given = cli_value(args, f"dataloader.{key}")
         value = given if given is not None else data.get(key)
-        if value is not None and key != "runner":
-            value = _int(value, f"--dataloader.{key}" if given is not None else f"job config [data] {key}")
+        where = f"--dataloader.{key}" if given is not None else f"job config [data] {key}"
+        if value is not None and key in SWITCHES:
+            value = _bool(value, where)
+        elif value is not None and key != "runner":
+            value = _int(value, where)
         values[key] = value
-    parallelism = values.pop("parallelism")
-    return {"recipe": values, "tokenizer": {"parallelism": parallelism}}
+    return {
+        "recipe": {k: values[k] for k in ("num_lanes", "seed", "runner", "prefetch")},
+        "tokenizer": {"parallelism": values["parallelism"]},
+        "packing": {k: values[k] for k in ("document_mask", "max_documents_per_row", "balance_attention")},
+    }
 
 
 def _section(name: str, keys: tuple[str, ...], job: dict, args: list[str], facts: dict) -> SimpleNamespace:
@@ -118,6 +130,14 @@ def _section(name: str, keys: tuple[str, ...], job: dict, args: list[str], facts
     return SimpleNamespace(**values)
 
 
+def _bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in BOOLEANS:
+        return BOOLEANS[value.lower()]
+    raise ValueError(f"{where} = {value!r} should be true or false")
+
+
 def _int(value: Any, where: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -132,7 +152,8 @@ def _int(value: Any, where: str) -> int:
 def model_facts(module: str, config: str, cache: str = CACHE) -> dict:
     """The model config's vocabulary and defaults: from the cache, else read with TorchTitan."""
     shorthand = "." not in module
-    path = os.path.join(os.path.expanduser(cache), f"torchtitan-{_torchtitan_version()}.json")
+    name = f"torchtitan-{_torchtitan_version()}-v{FACTS_VERSION}.json"
+    path = os.path.join(os.path.expanduser(cache), name)
     known = _load(path) if shorthand else {}
     key = f"{module}/{config}"
     if key not in known:
@@ -149,12 +170,15 @@ def read_model_facts(module: str, config: str) -> dict:
     from torchtitan.config import ConfigManager
     from torchtitan.models.common.config_utils import decoder_vocab_size
 
+    from zephon.torchtitan.checks import attention_kinds
+
     try:
         loaded, _ = ConfigManager()._load_config(["--module", module, "--config", config])
     except ImportError as e:
         raise ValueError(f"[model] module = {module!r}: {e}") from None
     return {
         "vocab_size": decoder_vocab_size(loaded.model_spec),
+        "attention": attention_kinds(loaded.model_spec.model),
         "dump_folder": loaded.dump_folder,
         "training": {k: getattr(loaded.training, k) for k in TRAINING},
         "parallelism": {k: getattr(loaded.parallelism, k) for k in PARALLELISM},

@@ -44,6 +44,11 @@ relative to the recipe if such a file or folder exists, else a hub id or tiktoke
     [packing]
     algorithm = "wrap"           # wrap | best_fit
     max_length = 2048            # optional; must equal training.seq_len if given
+    document_mask = true         # positions restart at each document, so TorchTitan's attention
+                                 # masks per document; false: positions count the whole row
+    max_documents_per_row = 64   # optional: a row is closed at 64 documents, the rest padded
+    balance_attention = false    # true: each window's rows in an order that evens attention cost
+                                 # across steps and ranks (zephon.ops.balance)
 
     [shuffle]                    # optional: a seeded buffer of packed rows per lane
     buffer_size = 1024
@@ -109,6 +114,9 @@ class MixtureSection:
 class PackingSection:
     algorithm: str = "wrap"
     max_length: int | None = None
+    document_mask: bool = True
+    max_documents_per_row: int | None = None
+    balance_attention: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,10 @@ class Recipe:
     @property
     def max_length(self) -> int | None:
         return self.get("packing", "max_length")
+
+    @property
+    def document_mask(self) -> bool:
+        return self.get("packing", "document_mask", True)
 
     def resolve(self, path: str) -> str:
         """A dataset path: URLs and absolute paths as given, others relative to the recipe."""
@@ -225,6 +237,23 @@ def _check_table(path: str, where: str, table: Any, schema: type) -> None:
     check_table(table, schema, f"data recipe {path}: {where}")
 
 
+def check_packing(recipe: Recipe, seq_len: int) -> dict[str, Any]:
+    """The recipe's ``pack_flat`` arguments, checked as ``pack_flat`` checks them (at launch)."""
+    from zephon.ops import PackFlat
+
+    packing = recipe.sections.get("packing", {})
+    args = {
+        "algorithm": packing.get("algorithm", "wrap"),
+        "document_mask": recipe.document_mask,
+        "max_documents_per_row": packing.get("max_documents_per_row"),
+    }
+    try:
+        PackFlat(seq_len, **args)
+    except ValueError as e:
+        raise ValueError(f"data recipe {recipe.path}: [packing] {e}") from None
+    return args
+
+
 def build_pipeline(
     recipe: Recipe, *, dp_rank: int, dp_world_size: int, seq_len: int, microbatch_size: int
 ) -> Pipeline:
@@ -274,8 +303,10 @@ def build_pipeline(
         recipe.tokenizer_id, field=tok.get("field", "text"), parallelism=tok.get("parallelism"),
         add_bos=tok.get("add_bos"), add_eos=tok.get("add_eos", True), backend=tok.get("backend", "auto"),
     )  # fmt: skip
-    pipeline = pipeline.pack_flat(seq_len, algorithm=recipe.get("packing", "algorithm", "wrap"))
+    pipeline = pipeline.pack_flat(seq_len, **check_packing(recipe, seq_len))
     if "shuffle" in recipe.sections:
         shuffle = recipe.sections["shuffle"]
         pipeline = pipeline.shuffle(shuffle.get("buffer_size", 1024), seed=shuffle.get("seed", 0))
-    return pipeline.batch(microbatch_size)
+    return pipeline.batch(
+        microbatch_size, balance_attention=recipe.get("packing", "balance_attention", False)
+    )

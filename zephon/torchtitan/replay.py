@@ -50,7 +50,7 @@ class Setup:
     """What the replay needs of a job: its recipe, batch geometry and checkpoints."""
 
     recipe: str
-    overrides: dict
+    overrides: dict  # ZephonDataLoader.Config fields the job sets that shape the data
     seq_len: int
     local_batch_size: int
     global_batch_size: int
@@ -64,15 +64,14 @@ def from_job(path: str, dump_folder: str | None, overrides: list[str] = ()) -> S
     from zephon.torchtitan import cpu
 
     cpu.install()  # TorchTitan's config module picks the device on import
+    from zephon.torchtitan.dataloader import PACKING_OVERRIDES
     from zephon.torchtitan.job import ZephonConfigManager
 
     args = ["--job.config_file", path] + (["--dump_folder", dump_folder] if dump_folder else [])
     args += list(overrides)
     config = ZephonConfigManager().parse_args(args)
     loader = config.dataloader
-    overrides = {
-        "recipe": {k: getattr(loader, k) for k in ("num_lanes", "seed")},
-    }
+    overrides = {k: getattr(loader, k) for k in ("num_lanes", "seed", *PACKING_OVERRIDES)}
     folder = os.path.join(config.dump_folder, config.checkpoint.folder)
     return Setup(
         loader.recipe, overrides, config.training.seq_len, config.training.local_batch_size,
@@ -160,7 +159,7 @@ def replay(setup: Setup, step: int, given_checkpoint: bool = False) -> tuple[lis
         raise ValueError(f"--step {step}: steps count from 1")
     config = ZephonDataLoader.Config(
         recipe=setup.recipe, global_batch_size=setup.global_batch_size, skip_steps=list(setup.skip_steps),
-        **setup.overrides["recipe"],
+        **setup.overrides,
     )  # fmt: skip
     loader = ZephonDataLoader(
         config, dp_world_size=1, dp_rank=0, seq_len=setup.seq_len, local_batch_size=setup.local_batch_size
@@ -258,8 +257,8 @@ def data_bound(pipeline) -> tuple[int, int] | None:
     nbytes = sum(shard.size for d in datasets for shard in d.plain_shards(io))
     ops = pipeline.spec().lane_ops()
     rows = TOKENS_PER_BYTE * nbytes // ops.pack.row_len + pipeline.opts.num_lanes  # a last part row each
-    if ops.pack.algorithm != "wrap":
-        rows += nbytes  # best-fit rows may end in padding: at most one more row per document
+    if ops.pack.pads:
+        rows += nbytes  # rows that may end in padding: at most one more row per document
     return rows, nbytes
 
 
