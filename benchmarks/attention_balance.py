@@ -68,7 +68,7 @@ def make(corpora, tokenizer, mixture, rank, balance=False) -> Pipeline:
 
 def whole_windows(pipeline: Pipeline, rows: int) -> int:
     """Rows of a lane's windows up to the one that holds its ``rows``-th row."""
-    ops, total, window = pipeline.lane_ops(), 0, 0
+    ops, total, window = pipeline.spec().lane_ops(), 0, 0
     while total < rows:
         total, window = total + ops.rows_in(window), window + 1
     return total
@@ -88,7 +88,7 @@ def lane_costs(pipeline: Pipeline, rows: int) -> dict[int, list[int]]:
 
 def balanced(costs: list[int], pipeline: Pipeline) -> list[int]:
     """The same rows in balance_attention's order: each window reordered on its own."""
-    ops, out, window = pipeline.lane_ops(), [], 0
+    ops, out, window = pipeline.spec().lane_ops(), [], 0
     while len(out) < len(costs):
         rows = costs[len(out) : len(out) + ops.rows_in(window)]
         out += [rows[i] for i in balanced_order(np.asarray(rows))]

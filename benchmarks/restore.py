@@ -79,7 +79,7 @@ def main() -> None:
         tokenizer = gpt2_tokenizer_dir(os.path.join(tmp, "gpt2"))
         for lanes in (8, 64):
             pipeline = build(paths, tokenizer, lanes)
-            ops, window = pipeline.lane_ops(), 0
+            ops, window = pipeline.spec().lane_ops(), 0
             ramp = 0  # batches of the windows before the first full-size one
             while ops.rows_in(window) < ops.window_rows:
                 ramp, window = ramp + ops.rows_in(window) // MICROBATCH, window + 1

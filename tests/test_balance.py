@@ -73,7 +73,7 @@ def _make(corpus, gpt2, world=1, rank=0, balance=True):
 
 def _window_rows(batches, pipeline) -> Counter:
     """(lane, window, row bytes): which rows each window of each lane holds, in any order."""
-    ops, out = pipeline.lane_ops(), Counter()
+    ops, out = pipeline.spec().lane_ops(), Counter()
     for b in batches:
         window, start = 0, 0
         while start + ops.rows_in(window) <= b.index:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
+import numpy as np
 import pytest
 
 from zephon.torchtitan import cpu
@@ -97,6 +98,29 @@ def test_a_replay_with_the_ablations_recipe_finds_the_ablations_checkpoints(tmp_
     assert setup.checkpoints == os.path.join("./outputs/llama3_debug", "recipe", "checkpoint")
 
 
+@pytest.mark.parametrize(
+    ("args", "document_mask", "most"),
+    [
+        (["--dataloader.document_mask", "false"], False, None),
+        (["--data.max_documents_per_row", "2"], True, 2),
+    ],
+)
+def test_a_replay_keeps_the_jobs_packing_switches_and_gives_the_rows_that_run_trained_on(
+    tmp_path, args, document_mask, most
+):
+    from zephon.torchtitan import replay
+
+    batches, pipeline, _ = replay.replay(replay.from_job(_job(tmp_path), None, args), 1)
+    pack = pipeline.spec().lane_ops().pack
+    assert (pack.document_mask, pack.max_documents_per_row) == (document_mask, most)
+    starts = [(row == 0).sum() for batch in batches for row in batch.positions[:, :-1]]
+    if document_mask:  # at most 2 documents a row, and some rows hold 2
+        assert max(starts) == 2
+    else:  # positions count the whole row: one document per row for attention
+        assert all((batch.positions == np.arange(batch.positions.shape[1])).all() for batch in batches)
+    pipeline.close()
+
+
 def test_a_changed_recipe_on_resume_says_how_to_start_a_run_of_its_own(tmp_path):
     from train_jobs import recipe_copy
 
@@ -141,6 +165,8 @@ LAUNCH_CASES = [
     (2, ["--training.seq_len", "64", "--dataloader.recipe", "MAX_LENGTH"]),
     (2, ["--dataloader.recipe", "GPT2"]),
     (2, ["--dataloader.skip_steps", "4-3"]),
+    (2, ["--dataloader.document_mask", "false", "--data.max_documents_per_row", "2"]),
+    (2, ["--data.max_documents_per_row=0"]),
     (
         4,
         [

@@ -253,7 +253,7 @@ def test_document_masking_is_on_by_default_and_the_command_line_switches_it(
 ):
     config = ZephonConfigManager().parse_args(["--job.config_file", _job(tmp_path, ""), *args])
     loader = ZephonDataLoader(config.dataloader, dp_world_size=8, dp_rank=0, seq_len=128, local_batch_size=2)
-    ops = loader.pipeline.lane_ops()
+    ops = loader.pipeline.spec().lane_ops()
     assert (ops.pack.document_mask, ops.pack.max_documents_per_row) == (document_mask, most)
     assert ops.batch.balance_attention == balance
     positions = next(iter(loader))[0]["positions"]

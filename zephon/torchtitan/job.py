@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import typing
 from typing import Any
 
 from torchtitan.config import ConfigManager
@@ -86,7 +87,7 @@ class ZephonConfigManager(ConfigManager):
                 base += [f"--{key}", str(model[key])]
         config, remaining = super()._load_config(base + rest)
         apply_job(config, job, path)
-        remaining = one_name_per_setting(remaining, lambda name: isinstance(_setting(config, name), bool))
+        remaining = one_name_per_setting(remaining, lambda name: _boolean(config, name))
         self._job, self._args = job, remaining
         return config, remaining
 
@@ -119,11 +120,22 @@ class ZephonConfigManager(ConfigManager):
         super()._validate_config()
 
 
-def _setting(config, name: str):
-    """The value at dotted ``name`` (``checkpoint.enable``) of ``config``, None if there is none."""
-    for part in name.split("."):
+def _boolean(config, name: str) -> str | None:
+    """How the setting at dotted ``name`` (``checkpoint.enable``) of ``config`` is a boolean on the
+    command line: "flag" (``--a.b`` / ``--a.no-b``), "value" (``bool | None``: ``--a.b True``), or
+    None (not a boolean, or no such setting)."""
+    head, _, leaf = name.rpartition(".")
+    for part in head.split(".") if head else ():
         config = getattr(config, part, None)
-    return config
+    if not dataclasses.is_dataclass(config) or not hasattr(config, leaf):
+        return None
+    try:
+        hint = typing.get_type_hints(type(config)).get(leaf)
+    except Exception:  # a forward reference TorchTitan's module cannot resolve: go by the value
+        hint = type(getattr(config, leaf))
+    if hint is bool:
+        return "flag"
+    return "value" if hint == bool | None else None
 
 
 def apply_job(config, job: dict[str, Any], path: str) -> None:

@@ -71,10 +71,11 @@ def pop_option(args: list[str], name: str) -> tuple[str | None, list[str]]:
     return value, rest
 
 
-def one_name_per_setting(args: list[str], is_flag: Callable[[str], bool] = lambda path: False) -> list[str]:
+def one_name_per_setting(args: list[str], boolean: Callable[[str], str | None] = lambda _: None) -> list[str]:
     """The command line in TorchTitan's names: ``--data.K`` -> ``--dataloader.K``, ``--job.K`` ->
-    ``--K``, and ``--a.b true|false`` -> ``--a.b`` / ``--a.no-b`` where ``is_flag("a.b")`` (a
-    dotted path, underscores) says the setting is a boolean."""
+    ``--K``, and ``--a.b true|false`` in the form the setting takes, where ``boolean("a.b")`` (a
+    dotted path, underscores) says it is a boolean: "flag" (``--a.b`` / ``--a.no-b``) or "value"
+    (an optional one: ``--a.b True|False``)."""
     out, i = [], 0
     while i < len(args):
         arg = args[i]
@@ -84,15 +85,19 @@ def one_name_per_setting(args: list[str], is_flag: Callable[[str], bool] = lambd
             continue
         name, eq, value = arg[2:].partition("=")
         name = _toml_name(name)
-        path = name.replace("-", "_")
-        if eq and value.lower() in BOOLEANS and is_flag(path):
-            out.append(_flag(name, BOOLEANS[value.lower()]))
-        elif not eq and i + 1 < len(args) and args[i + 1].lower() in BOOLEANS and is_flag(path):
-            out.append(_flag(name, BOOLEANS[args[i + 1].lower()]))
-            i += 1
+        if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            value, given = args[i + 1], 2
         else:
-            out.append(f"--{name}{eq}{value}")
-        i += 1
+            given = 1
+        kind = boolean(name.replace("-", "_")) if value.lower() in BOOLEANS else None
+        if kind == "flag":
+            out.append(_flag(name, BOOLEANS[value.lower()]))
+        elif kind == "value":
+            out += [f"--{name}", str(BOOLEANS[value.lower()])]
+        else:
+            out.append(f"--{name}{eq}{value}" if eq else f"--{name}")
+            given = 1
+        i += given
     return out
 
 

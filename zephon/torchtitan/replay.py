@@ -363,9 +363,7 @@ def _replay_and_print(parser, args, overrides) -> int:
         ]
         if missing:
             parser.error("--recipe needs " + ", ".join("--" + n.replace("_", "-") for n in missing))
-        setup = Setup(
-            args.recipe, {"recipe": {}}, args.seq_len, args.local_batch_size, args.global_batch_size, None
-        )
+        setup = Setup(args.recipe, {}, args.seq_len, args.local_batch_size, args.global_batch_size, None)
     if args.checkpoint:
         setup.checkpoints = args.checkpoint
     batches, pipeline, began = replay(setup, args.step, given_checkpoint=bool(args.checkpoint))
