@@ -160,6 +160,11 @@ def test_negative_seeds_are_refused_when_the_pipeline_is_built(corpus, gpt2):
         DatasetWorkSource(Dataset.from_path("d", corpus), seed=-3)
 
 
+def _data_stats(pipeline) -> dict:
+    """A run's stats but its store requests ("io"), which depend on how far workers read ahead."""
+    return {k: v for k, v in pipeline.stats().items() if k != "io"}
+
+
 @pytest.mark.parametrize("runner", ["inline", "process"])
 def test_counters_and_documents_carry_across_a_restore_inside_a_chunk(tmp_path, gpt2, runner):
     records = [{"text": f"document number {i} " * (i % 7)} for i in range(600)]  # every 7th empty
@@ -179,7 +184,7 @@ def test_counters_and_documents_carry_across_a_restore_inside_a_chunk(tmp_path, 
     rest = make()
     rest.load_state_dict(state)
     drain(rest, 53)
-    assert rest.stats() == whole.stats()
+    assert _data_stats(rest) == _data_stats(whole)
     assert (
         whole.stats()["counters"]["empty_documents"] > 0 and whole.stats()["counters"]["filtered_records"] > 0
     )

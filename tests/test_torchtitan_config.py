@@ -24,7 +24,7 @@ def test_every_shipped_recipe_builds_its_pipeline_and_the_local_ones_deliver(pat
     from zephon.torchtitan.recipe import build_pipeline
 
     recipe = load_recipe(path)
-    local = os.path.exists(recipe.tokenizer_id) and all("://" not in d["path"] for d in recipe.datasets)
+    local = os.path.exists(recipe.tokenizer_id) and all("://" not in d.path for d in recipe.datasets)
     if not local:  # a hub tokenizer and hub data: everything but their download is checked here
         recipe = load_recipe(path, {"tokenizer": {"id": gpt2}})
     seq_len = recipe.max_length or 2048

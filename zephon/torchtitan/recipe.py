@@ -60,75 +60,121 @@ relative to the recipe if such a file or folder exists, else a hub id or tiktoke
 
 from __future__ import annotations
 
+import inspect
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import Any
 
 from zephon import Dataset, MixtureWorkSource, Pipeline, ScheduledMixtureWorkSource
 from zephon.fields import check_table
+from zephon.options import Options
 from zephon.torchtitan.checks import check_context_length
 from zephon.work.mixture import UNITS, normalize
 
 
+def _engine(function: Any, name: str) -> Any:
+    """The default of argument ``name`` of the engine's ``function``: a recipe setting that is an
+    engine argument takes its default from there, so the two cannot drift apart."""
+    return inspect.signature(function).parameters[name].default
+
+
 @dataclass(frozen=True)
 class RecipeSection:
+    """[recipe]: the run's options (zephon.options.Options), and the seed of plans and mixture."""
+
     seed: int = 0
-    num_lanes: int = 1
-    chunk_size: int | None = None
-    chunk_bytes: int | None = None
-    window_rows: int | None = None
-    runner: str = "thread"
-    prefetch: int | None = None
+    num_lanes: int = Options.num_lanes
+    chunk_size: int | None = Options.chunk_size
+    chunk_bytes: int | None = Options.chunk_bytes
+    window_rows: int | None = Options.window_rows
+    runner: str = Options.runner
+    prefetch: int = Options.prefetch
+
+    def options(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "seed"}
 
 
 @dataclass(frozen=True)
 class TokenizerSection:
+    """[tokenizer]: ``Pipeline.tokenize``'s arguments."""
+
     id: str = ""
-    field: str = "text"
-    parallelism: int | None = None
-    add_bos: bool | None = None
-    add_eos: bool = True
-    backend: str = "auto"
+    field: str = _engine(Pipeline.tokenize, "field")
+    parallelism: int | None = _engine(Pipeline.tokenize, "parallelism")
+    add_bos: bool | None = _engine(Pipeline.tokenize, "add_bos")
+    add_eos: bool = _engine(Pipeline.tokenize, "add_eos")
+    backend: str = _engine(Pipeline.tokenize, "backend")
+
+    def arguments(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "id"}
 
 
 @dataclass(frozen=True)
 class DatasetTable:
+    """One [[datasets]] table: ``Dataset.from_path``'s arguments and its mixture weight."""
+
     name: str = ""
     path: str = ""
-    weight: float = 1.0
-    exhausted: str = "stop"
-    on_error: str = "raise"
+    weight: float | None = None  # None: 1.0 without a schedule (a schedule sets the weights)
+    exhausted: str = _engine(Dataset.from_path, "exhausted")
+    on_error: str = _engine(Dataset.from_path, "on_error")
     format: str | None = None
     columns: list | None = None
     storage_options: dict | None = None
 
+    def build(self, path: str) -> Dataset:
+        """The dataset, read from ``path`` (this table's path resolved against the recipe)."""
+        return Dataset.from_path(
+            self.name, path, format=self.format, exhausted=self.exhausted, on_error=self.on_error,
+            columns=self.columns, storage_options=self.storage_options,
+        )  # fmt: skip
+
 
 @dataclass(frozen=True)
 class MixtureSection:
+    """[mixture]: what the weights count (tokens here: a training job's budget is in tokens; the
+    engine's MixtureWorkSource counts documents unless told), and an optional schedule."""
+
     unit: str = "tokens"
     schedule: list | None = None
 
 
 @dataclass(frozen=True)
 class PackingSection:
-    algorithm: str = "wrap"
-    max_length: int | None = None
-    document_mask: bool = True
-    max_documents_per_row: int | None = None
-    balance_attention: bool = False
+    """[packing]: ``Pipeline.pack_flat``'s arguments, and ``Pipeline.batch``'s balance_attention."""
+
+    algorithm: str = _engine(Pipeline.pack_flat, "algorithm")
+    max_length: int | None = None  # the context length; must equal training.seq_len if given
+    document_mask: bool = _engine(Pipeline.pack_flat, "document_mask")
+    max_documents_per_row: int | None = _engine(Pipeline.pack_flat, "max_documents_per_row")
+    balance_attention: bool = _engine(Pipeline.batch, "balance_attention")
+
+    def pack_arguments(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm,
+            "document_mask": self.document_mask,
+            "max_documents_per_row": self.max_documents_per_row,
+        }
 
 
 @dataclass(frozen=True)
 class ShuffleSection:
+    """[shuffle]: ``Pipeline.shuffle``'s arguments (the section is optional: no shuffle without it)."""
+
     buffer_size: int = 1024
-    seed: int = 0
+    seed: int = _engine(Pipeline.shuffle, "seed")
 
 
 @dataclass(frozen=True)
 class IOSection:
+    """[io]: the io_options of zephon.options (cache, retries, max_requests)."""
+
     cache: dict | None = None
     retries: dict | None = None
+
+    def options(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
 SECTIONS = {
@@ -141,32 +187,35 @@ SECTIONS = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class Recipe:
-    """A parsed, checked recipe. ``path`` is where it was read from."""
+    """A parsed, checked recipe, one attribute per section (``main`` is the [recipe] table;
+    ``shuffle`` is None where the recipe has no [shuffle]). ``path``: where it was read from."""
 
     path: str
-    sections: dict[str, dict[str, Any]]
-    datasets: list[dict[str, Any]] = field(default_factory=list)
-
-    def get(self, section: str, key: str, default: Any = None) -> Any:
-        return self.sections.get(section, {}).get(key, default)
+    main: RecipeSection
+    tokenizer: TokenizerSection
+    mixture: MixtureSection
+    packing: PackingSection
+    shuffle: ShuffleSection | None
+    io: IOSection
+    datasets: tuple[DatasetTable, ...]
 
     @property
     def num_lanes(self) -> int:
-        return self.get("recipe", "num_lanes", 1)
+        return self.main.num_lanes
 
     @property
     def tokenizer_id(self) -> str:
-        return self.resolve_id(self.sections["tokenizer"]["id"])
+        return self.resolve_id(self.tokenizer.id)
 
     @property
     def max_length(self) -> int | None:
-        return self.get("packing", "max_length")
+        return self.packing.max_length
 
     @property
     def document_mask(self) -> bool:
-        return self.get("packing", "document_mask", True)
+        return self.packing.document_mask
 
     def resolve(self, path: str) -> str:
         """A dataset path: URLs and absolute paths as given, others relative to the recipe."""
@@ -230,7 +279,11 @@ def _parse_recipe(path: str, overrides: dict[str, dict[str, Any]]) -> Recipe:
                 raise ValueError(f"data recipe {path}: [[datasets]] #{i + 1} needs {key!r}")
     if "id" not in data.get("tokenizer", {}):
         raise ValueError(f"data recipe {path}: [tokenizer] needs id = (a tokenizer.json, folder, hub id)")
-    return Recipe(path, data, datasets)
+    sections = {name: schema(**data.get(name, {})) for name, schema in SECTIONS.items()}
+    sections["main"] = sections.pop("recipe")
+    if "shuffle" not in data:
+        sections["shuffle"] = None
+    return Recipe(path, datasets=tuple(DatasetTable(**table) for table in datasets), **sections)
 
 
 def _check_table(path: str, where: str, table: Any, schema: type) -> None:
@@ -241,12 +294,7 @@ def check_packing(recipe: Recipe, seq_len: int) -> dict[str, Any]:
     """The recipe's ``pack_flat`` arguments, checked as ``pack_flat`` checks them (at launch)."""
     from zephon.ops import PackFlat
 
-    packing = recipe.sections.get("packing", {})
-    args = {
-        "algorithm": packing.get("algorithm", "wrap"),
-        "document_mask": recipe.document_mask,
-        "max_documents_per_row": packing.get("max_documents_per_row"),
-    }
+    args = recipe.packing.pack_arguments()
     try:
         PackFlat(seq_len, **args)
     except ValueError as e:
@@ -259,54 +307,36 @@ def build_pipeline(
 ) -> Pipeline:
     """This rank's pipeline: rows of ``seq_len + 1`` tokens, batches of ``microbatch_size``."""
     check_context_length(recipe, seq_len)
-    datasets = [
-        Dataset.from_path(
-            d["name"],
-            recipe.resolve(d["path"]),
-            format=d.get("format"),
-            exhausted=d.get("exhausted", "stop"),
-            on_error=d.get("on_error", "raise"),
-            columns=d.get("columns"),
-            storage_options=d.get("storage_options"),
-        )
-        for d in recipe.datasets
-    ]
-    weights = {d["name"]: d.get("weight", 1.0) for d in recipe.datasets}
-    unit = recipe.get("mixture", "unit", "tokens")
+    pipeline = Pipeline(_source(recipe)).options(
+        dp_rank=dp_rank, dp_world_size=dp_world_size, io_options=recipe.io.options(), **recipe.main.options()
+    )
+    pipeline = pipeline.tokenize(recipe.tokenizer_id, **recipe.tokenizer.arguments())
+    pipeline = pipeline.pack_flat(seq_len, **check_packing(recipe, seq_len))
+    if recipe.shuffle is not None:
+        pipeline = pipeline.shuffle(recipe.shuffle.buffer_size, seed=recipe.shuffle.seed)
+    return pipeline.batch(microbatch_size, balance_attention=recipe.packing.balance_attention)
+
+
+def _source(recipe: Recipe) -> MixtureWorkSource | ScheduledMixtureWorkSource:
+    """The recipe's datasets, mixed by its weights or its schedule."""
+    datasets = [d.build(recipe.resolve(d.path)) for d in recipe.datasets]
+    unit, seed, schedule = recipe.mixture.unit, recipe.main.seed, recipe.mixture.schedule
     if unit not in UNITS:
         raise ValueError(f"data recipe {recipe.path}: [mixture] unit = {unit!r}; use one of {UNITS}")
-    seed, schedule = recipe.get("recipe", "seed", 0), recipe.get("mixture", "schedule", None)
     if schedule is None:
+        weights = {d.name: 1.0 if d.weight is None else d.weight for d in recipe.datasets}
         try:
             normalize(weights, list(weights))
         except ValueError as e:
             raise ValueError(f"data recipe {recipe.path}: [[datasets]] weight: {e}") from None
-        source = MixtureWorkSource(datasets, weights, unit, seed=seed)
-    else:
-        weighted = [d["name"] for d in recipe.datasets if "weight" in d]
-        if weighted:
-            raise ValueError(
-                f"data recipe {recipe.path}: [mixture] schedule sets the weights; remove `weight` "
-                f"from dataset(s) {weighted}"
-            )
-        try:
-            source = ScheduledMixtureWorkSource(datasets, schedule, unit, seed=seed)
-        except ValueError as e:
-            raise ValueError(f"data recipe {recipe.path}: [mixture] {e}") from None
-    options = {k: v for k, v in recipe.sections.get("recipe", {}).items() if k != "seed"}
-    io = recipe.sections.get("io")
-    pipeline = Pipeline(source).options(
-        dp_rank=dp_rank, dp_world_size=dp_world_size, io_options=io or {}, **options
-    )
-    tok = recipe.sections["tokenizer"]
-    pipeline = pipeline.tokenize(
-        recipe.tokenizer_id, field=tok.get("field", "text"), parallelism=tok.get("parallelism"),
-        add_bos=tok.get("add_bos"), add_eos=tok.get("add_eos", True), backend=tok.get("backend", "auto"),
-    )  # fmt: skip
-    pipeline = pipeline.pack_flat(seq_len, **check_packing(recipe, seq_len))
-    if "shuffle" in recipe.sections:
-        shuffle = recipe.sections["shuffle"]
-        pipeline = pipeline.shuffle(shuffle.get("buffer_size", 1024), seed=shuffle.get("seed", 0))
-    return pipeline.batch(
-        microbatch_size, balance_attention=recipe.get("packing", "balance_attention", False)
-    )
+        return MixtureWorkSource(datasets, weights, unit, seed=seed)
+    weighted = [d.name for d in recipe.datasets if d.weight is not None]
+    if weighted:
+        raise ValueError(
+            f"data recipe {recipe.path}: [mixture] schedule sets the weights; remove `weight` "
+            f"from dataset(s) {weighted}"
+        )
+    try:
+        return ScheduledMixtureWorkSource(datasets, schedule, unit, seed=seed)
+    except ValueError as e:
+        raise ValueError(f"data recipe {recipe.path}: [mixture] {e}") from None

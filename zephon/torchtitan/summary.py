@@ -68,7 +68,7 @@ def describe(recipe, pipeline, batches_per_lane: int, global_batch_size: int) ->
     spec = pipeline.spec()
     opts, ops = spec.options, spec.lane_ops()
     source = spec.source
-    schedule = recipe.get("mixture", "schedule")
+    schedule = recipe.mixture.schedule
     lines = [
         f"data recipe {recipe.path}: {_count(len(source.datasets), 'dataset')}, weights by {source.unit}"
         + (f", a schedule of {len(schedule)} points (the first below)" if schedule else "")
