@@ -30,12 +30,15 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import tempfile
 import time
 
 import numpy as np
 
-from zephon import Dataset, Pipeline, StaticMixtureWorkSource, TokenEstimation
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks.common
+from benchmarks.common import MIXTURE
+from zephon import Dataset, MixtureWorkSource, Pipeline
 from zephon.ops.balance import attention_cost, balanced_order
 from zephon.testing import gpt2_tokenizer_dir
 from zephon.testing.data import real_text_corpora
@@ -46,14 +49,14 @@ RANKS = (8, 64, 512)
 GROUP = 64  # lanes simulated at a time (one pipeline), to bound memory
 MIXTURES = {
     "KJV verses": {"verses": 1.0},
-    "three datasets": {"verses": 0.40, "chapters": 0.35, "code": 0.25},
+    "three datasets": MIXTURE,
     "long documents": {"chapters": 0.50, "code": 0.50},
 }
 
 
 def make(corpora, tokenizer, mixture, rank, balance=False) -> Pipeline:
     datasets = [Dataset.from_path(n, corpora[n][0], exhausted="repeat") for n in mixture]
-    source = StaticMixtureWorkSource(datasets, mixture, token_estimation=TokenEstimation(), seed=0)
+    source = MixtureWorkSource(datasets, mixture, unit="tokens", seed=0)
     # chunk_bytes: the default at 512 lanes cuts the code file into chunks that hold no line start
     options = dict(num_lanes=LANES, chunk_bytes=1 << 18, runner="inline")
     return (

@@ -9,7 +9,7 @@ Shape (JSON-safe)::
     LANE = {"window": w,            # window now being delivered
             "delivered": n,         # batches of that window already delivered
             "index": i,             # index of the next batch of the lane
-            "mixer": {"positions": [[chunk, doc, offset], ...],  # read position per dataset
+            "mixer": {"positions": [[chunk, record, offset], ...],  # read position per dataset
                       "used": [...]},                            # units taken per dataset
                                     # (both at the start of window w)
             "tokens": [...],        # tokens delivered so far, per dataset
