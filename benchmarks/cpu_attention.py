@@ -39,23 +39,6 @@ ROOT = os.path.dirname(HERE)
 MICROBATCHES = 4  # a rank's microbatches per step in the debug job on 2 ranks
 
 
-def debug_model(backend: str, seq_len: int):
-    from torchtitan.models.common.attention import ScaledDotProductAttention
-    from torchtitan.models.llama3 import model_registry
-
-    config = model_registry("debugmodel", attn_backend="flex" if backend == "sdpa" else backend).model
-    for layer in config.layers:
-        layer.attention.rope.max_seq_len = seq_len
-        if backend == "sdpa":
-            layer.attention.inner_attention = ScaledDotProductAttention.Config()
-    torch.manual_seed(0)
-    with torch.device("meta"):
-        model = config.build()
-    model.to_empty(device="cpu")
-    model.init_states(buffer_device=torch.device("cpu"))
-    return model
-
-
 def microbatches(seq_len: int) -> list[dict[str, torch.Tensor]]:
     from zephon.torchtitan.recipe import build_pipeline, load_recipe
 
@@ -148,7 +131,7 @@ def main() -> None:
         "varlen, zephon's dense CPU kernel": ("varlen", True, contextlib.nullcontext),
         "flex, eager flex_attention, check bypassed": ("flex", True, eager_flex),
     }
-    models = {name: debug_model(backend, args.seq_len) for name, (backend, _, _) in paths.items()}
+    models = {name: attention.debug_model(backend, args.seq_len) for name, (backend, _, _) in paths.items()}
     times: dict[str, list[float]] = {name: [] for name in paths}
     for name, (_, masked, context) in paths.items():  # warm-up
         with context():

@@ -24,19 +24,9 @@ TOLERANCE = {"flex": 1e-5, "varlen": 2e-3}
 
 
 def debug_model(backend: str):
-    """TorchTitan's llama3 debug model, float32 on CPU, seeded."""
+    """TorchTitan's llama3 debug model, float32 on CPU, seeded, on zephon's CPU attention."""
     attention.install()
-    from torchtitan.models.llama3 import model_registry
-
-    config = model_registry("debugmodel", attn_backend=backend).model
-    for layer in config.layers:
-        layer.attention.rope.max_seq_len = SEQ_LEN
-    torch.manual_seed(0)
-    with torch.device("meta"):
-        model = config.build()
-    model.to_empty(device="cpu")
-    model.init_states(buffer_device=torch.device("cpu"))
-    return model
+    return attention.debug_model(backend, SEQ_LEN)
 
 
 def first_batch(document_mask: bool = True) -> dict[str, torch.Tensor]:

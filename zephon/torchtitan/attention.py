@@ -151,3 +151,23 @@ def _window(n: int, window_size, device) -> torch.Tensor:
     if left >= 0:
         mask &= offset >= -left
     return mask
+
+
+def debug_model(backend: str = "flex", seq_len: int = 2048) -> torch.nn.Module:
+    """TorchTitan's llama3 debug model, float32 on CPU, seeded (for checks and benchmarks of the
+    attention path): ``backend`` "flex" or "varlen" (per-document masks), or "sdpa" (causal only,
+    what CPU runs used before), its rotary table ``seq_len`` long."""
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.llama3 import model_registry
+
+    config = model_registry("debugmodel", attn_backend="flex" if backend == "sdpa" else backend).model
+    for layer in config.layers:
+        layer.attention.rope.max_seq_len = seq_len
+        if backend == "sdpa":
+            layer.attention.inner_attention = ScaledDotProductAttention.Config()
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = config.build()
+    model.to_empty(device="cpu")
+    model.init_states(buffer_device=torch.device("cpu"))
+    return model
