@@ -67,8 +67,8 @@ def model(ranks: int, files: int, lanes: int, meta: float, fixed: int, first: fl
     listing = fixed + pages
     plan_requests = listing + meta * files
     store = STORE_RATE * prefixes
-    plan_alone = pages * LATENCY + meta * files / min(PROCESS_SLOTS / LATENCY, store)  # rank 0's
-    plan_split = pages * LATENCY + meta * files / min(ranks * PROCESS_SLOTS / LATENCY, store)  # all ranks'
+    plan_alone = plan_seconds(files, meta, LATENCY, STORE_RATE, 1, prefixes)  # rank 0's
+    plan_split = plan_seconds(files, meta, LATENCY, STORE_RATE, ranks, prefixes)  # all ranks'
     plan_bytes = files * bytes_per_file + 36 * files * spans_per_file
     first_requests = ranks * first
     first_seconds = max(first * LATENCY, first_requests / store)
@@ -177,12 +177,13 @@ def per_rank(server, ranks: int) -> list[int]:
     return counts
 
 
-def measure_store(args, tmp: str, gpt2: str) -> dict:
+def measure_store(args, tmp: str, gpt2: str, calibrate_only: bool = False) -> dict:
     import boto3
     from support.fakes3 import CountingMotoServer
 
     from zephon import Dataset
-    from zephon.jobplan import changes
+    from zephon.jobplan import changes, make_plan
+    from zephon.runners import planning_map
     from zephon.testing import synthetic_documents, write_parquet
 
     server = CountingMotoServer(port=0)
@@ -192,10 +193,11 @@ def measure_store(args, tmp: str, gpt2: str) -> dict:
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     client.create_bucket(Bucket="corpus")
     docs = synthetic_documents(20 * args.files, seed=3)
-    for i in range(args.files):
+    keys = [f"pq/part-{i:05d}.parquet" for i in range(args.files)]
+    for i, key in enumerate(keys):
         buffer = io.BytesIO()
         write_parquet(buffer, docs[20 * i : 20 * (i + 1)], row_group_size=20)
-        client.put_object(Bucket="corpus", Key=f"pq/part-{i:05d}.parquet", Body=buffer.getvalue())
+        client.put_object(Bucket="corpus", Key=key, Body=buffer.getvalue())
     storage = {
         "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
         "skip_instance_cache": True,
@@ -205,9 +207,7 @@ def measure_store(args, tmp: str, gpt2: str) -> dict:
         server.reset()
         start = time.monotonic()
         dataset = Dataset.from_path("pq", "s3://corpus/pq/", storage_options=storage)
-        plan = __import__("zephon.jobplan", fromlist=["make_plan"]).make_plan(
-            [dataset], LANES, None, None, _io()
-        )
+        plan = make_plan([dataset], LANES, None, None, _io(), planning_map(_io()))
         out["plan_seconds"] = time.monotonic() - start
         out["plan_requests"] = len(server.log)
         out["plan_bytes_read"] = server.bytes_served
@@ -217,9 +217,12 @@ def measure_store(args, tmp: str, gpt2: str) -> dict:
         latencies = []
         for _ in range(20):
             t = time.monotonic()
-            client.head_object(Bucket="corpus", Key="pq/part-00000.parquet")
+            client.head_object(Bucket="corpus", Key=keys[0])
             latencies.append(time.monotonic() - t)
         out["latency"] = sorted(latencies)[len(latencies) // 2]
+        out["store_rate"] = store_rate(client, keys)
+        if calibrate_only:
+            return out
 
         server.reset()
         shared = launch(args.ranks, True, endpoint, gpt2, os.path.join(tmp, "job.zplan"))
@@ -244,6 +247,30 @@ def measure_store(args, tmp: str, gpt2: str) -> dict:
     finally:
         server.stop()
     return out
+
+
+def store_rate(client, keys: list[str]) -> float:
+    """Requests/s this store serves: every file's last 64 KiB (a footer read, as planning makes
+    it), ``PROCESS_SLOTS`` requests in flight, timed together."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def footer(key: str) -> None:
+        client.get_object(Bucket="corpus", Key=key, Range="bytes=-65536")["Body"].read()
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(PROCESS_SLOTS) as pool:
+        list(pool.map(footer, keys))
+    return len(keys) / (time.monotonic() - start)
+
+
+def plan_seconds(
+    files: int, meta: float, latency: float, rate: float, ranks: int = 1, prefixes: int = 1
+) -> float:
+    """The formula of a plan's time: its listing pages one after the other, then its metadata
+    reads, P in flight per process, bound by the store's rate."""
+    return math.ceil(files / LIST_PAGE) * latency + meta * files / min(
+        ranks * PROCESS_SLOTS / latency, rate * prefixes
+    )
 
 
 def _io():
@@ -312,6 +339,10 @@ def pct(formula: float, measured: float) -> str:
     return f"{formula:,.0f} vs {measured:,.0f} ({100 * (measured - formula) / formula:+.1f}%)"
 
 
+def _seconds(formula: float, measured: float) -> str:
+    return f"{formula:.2f} s vs {measured:.2f} s ({100 * (measured - formula) / formula:+.1f}%)"
+
+
 def report(store: dict, million: dict) -> list[str]:
     files, ranks, p = store["files"], store["ranks"], fitted(store)
     shared, alone = store["shared"], store["alone"]
@@ -376,6 +407,12 @@ def report(store: dict, million: dict) -> list[str]:
         f"- requests of {n_alone} ranks each planning, R Q + R k: "
         f"{pct(n_alone * (store['plan_requests'] + first), alone['total'])}",
         f"- plan size: {pct(p['bytes_per_file'] * files + 36 * store['plan_spans'], store['plan_size'])}",
+        f"- plan time, ceil(F / 1000) t + m F / min(P / t, X) with this store's t = "
+        f"{store['latency'] * 1e3:.1f} ms and X = {store['store_rate']:,.0f} requests/s (measured: "
+        f"{PROCESS_SLOTS} footer reads in flight): "
+        + _seconds(
+            plan_seconds(files, p["meta"], store["latency"], store["store_rate"]), store["plan_seconds"]
+        ),
         f"- plan size at {million['files']:,} files: "
         f"{pct(p['bytes_per_file'] * million['files'] + 36 * million['files'], million['plan_bytes'])} bytes",
         "",
@@ -458,6 +495,11 @@ def main() -> None:
     parser.add_argument(
         "--million", type=int, default=1_000_000, help="files of the plan made from a listing"
     )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure only the plan's time and the store's rate again; the rest from results/scale.json",
+    )
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--of", type=int, dest="ranks_of", help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
@@ -474,8 +516,13 @@ def main() -> None:
     os.environ.update(ENV)
     with tempfile.TemporaryDirectory(prefix="zephon-scale-") as tmp:
         gpt2 = gpt2_tokenizer_dir(os.path.join(tmp, "gpt2"))
-        store = measure_store(args, tmp, gpt2)
-    million = measure_million(args.million)
+        store = measure_store(args, tmp, gpt2, calibrate_only=args.calibrate)
+    if args.calibrate:
+        with open(os.path.join(ROOT, "benchmarks", "results", "scale.json")) as f:
+            saved = json.load(f)
+        store, million = {**saved["store"], **store}, saved["million"]
+    else:
+        million = measure_million(args.million)
     write_json("scale.json", {"store": store, "million": million})
     write_result("scale.md", report(store, million))
     plot(store, os.path.join(ROOT, "benchmarks", "results", "scale.png"))

@@ -15,7 +15,7 @@ from zephon.jobplan import JobPlan, make_plan
 from zephon.lanes import ChunkWork, LaneOps
 from zephon.ops import BatchRows, Images, Map, Operator, PackFlat, Read, Shuffle, Tokenize
 from zephon.options import Options
-from zephon.runners import thread_map
+from zephon.runners import planning_map
 from zephon.work import LanePlan, MixtureWorkSource
 
 BEST_FIT_WINDOW_ROWS = 64  # best-fit packs a window at a time: enough rows to pack well
@@ -90,7 +90,7 @@ class RunSpec:
         options, datasets = self.options, self.source.datasets
         chunking = options.num_lanes, options.chunk_size, options.chunk_bytes
         if self.job_plan is None:
-            plan = make_plan(datasets, *chunking, options.io, thread_map)
+            plan = make_plan(datasets, *chunking, options.io, planning_map(options.io))
         else:
             plan = self.job_plan
             plan.check(self.plan_identity())

@@ -4,7 +4,7 @@ from zephon.runners.background import LaneDriver
 from zephon.runners.base import Executor, InlineExecutor, Runner
 from zephon.runners.inline import InlineRunner
 from zephon.runners.process import ProcessRunner, check_picklable
-from zephon.runners.thread import ThreadRunner, thread_map
+from zephon.runners.thread import ThreadRunner, planning_map, thread_map
 
 RUNNERS = {"inline": InlineRunner, "thread": ThreadRunner, "process": ProcessRunner}
 
@@ -26,5 +26,6 @@ __all__ = [
     "ThreadRunner",
     "check_picklable",
     "get_runner",
+    "planning_map",
     "thread_map",
 ]

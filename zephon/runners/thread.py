@@ -9,7 +9,9 @@ throughput benchmark's thread x2 run with that backend about 1.15x slower.
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from zephon.runners.base import Executor, Held, InlineExecutor, Runner
@@ -37,6 +39,12 @@ class ThreadRunner(Runner):
 
     def executor(self, work, parallelism: int, timeout: float) -> Executor:
         return InlineExecutor(work) if parallelism == 0 else ThreadExecutor(work, parallelism)
+
+
+def planning_map(io) -> Callable:
+    """The map planning reads file metadata with: as many threads as the process may have store
+    requests in flight (``io.max_requests``), so a plan of many files is bound by the store."""
+    return functools.partial(thread_map, workers=io.max_requests)
 
 
 def thread_map(fn, items, workers: int = 16) -> list:

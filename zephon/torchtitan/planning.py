@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from zephon.jobplan import JobPlan, changes, from_groups, groups, listing
 from zephon.pipeline import Pipeline
-from zephon.runners import thread_map
+from zephon.runners import planning_map
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,9 @@ def shared_plan(pipeline: Pipeline, path: str) -> JobPlan:
     if saved is not None:
         return JobPlan.from_bytes(saved)
     listed = JobPlan.from_bytes(listed)
-    parts = _from_every_rank(lambda: groups(listed, datasets, rank, world, options.io, thread_map))
+    parts = _from_every_rank(
+        lambda: groups(listed, datasets, rank, world, options.io, planning_map(options.io))
+    )
     plan = from_groups(listed, datasets, parts, time.monotonic() - start)
     if rank == 0:
         log.info("zephon: planned %s in %.1f s, its metadata read by %d ranks", plan.summary(),

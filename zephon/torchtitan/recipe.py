@@ -172,6 +172,7 @@ class IOSection:
 
     cache: dict | None = None
     retries: dict | None = None
+    max_requests: int | None = None
 
     def options(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
