@@ -6,8 +6,9 @@ The pipeline, the same in every system: read Parquet rows of encoded photographs
 shorter side to 224 and cut out the centre, cut it into 16 x 16 patches (196 image tokens), put
 one placeholder token per patch before the caption's GPT-2 tokens and an EOS, pack documents into
 rows of 2,049 tokens (a document may run on into the next row), batch 8 rows. The image work is
-the same function in every system (``zephon.ops.images.Images.patches``, Pillow), so what differs
-is how each loader drives it.
+the same function in every system (``zephon.ops.images.Images.patches``), so what differs is how
+each loader drives it and, with ``--decoder``, the library that decodes in zephon (Grain decodes
+with Pillow, as its users do).
 
 - zephon: 8 lanes, a shuffle of 16 rows per window, thread or process runner, ``parallelism`` P.
 - Grain 0.2.18: a random-access source over the Parquet rows, globally shuffled and repeated,
@@ -28,10 +29,13 @@ charges the start-up and the work in flight when the count is reached; zephon ho
 The line: what one GPU trains on, Llama 3.1 8B on H100s (TorchTitan's
 docs/performance.md: 8,532 tokens/s per GPU with FSDP, compile and Float8).
 
-The decoder was chosen by measurement: the run ends by timing decode + resize of the photographs
-with Pillow and OpenCV (where installed) in its own process, and writes that table too.
+The decoder was chosen by measurement: the run ends by timing every ``images(decoder=...)`` that
+is installed on the photographs through the operator (decode, resize, patches), with its pixels
+against Pillow's, and the resize alone (Pillow's against PyTorch's port of it), in its own
+process, and writes those tables too (``python -c "from benchmarks.vlm import decoders, resizes;
+print(*decoders(), *resizes(), sep=chr(10))"`` for the tables alone).
 
-    python benchmarks/vlm.py [--tokens 2000000] [--reps 3]
+    python benchmarks/vlm.py [--tokens 2000000] [--reps 3] [--decoder pillow]
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ def make_data(folder: str) -> tuple[str, str]:
 # -- the systems: benchmarks/peers, given image-text documents --------------------------------------
 
 
-def batches(system: str, path: str, tok: str):
+def batches(system: str, path: str, tok: str, decoder: str = "pillow"):
     """The microbatches (``peers.common.Out``) of ``system``, e.g. "zephon thread x2"."""
     from benchmarks.peers.common import Setup
 
@@ -96,17 +100,17 @@ def batches(system: str, path: str, tok: str):
     if name == "zephon":
         from benchmarks.peers import zephon_self
 
-        return zephon_self.batches(replace(setup, method=how))
+        return zephon_self.batches(replace(setup, method=how, options={"decoder": decoder}))
     from benchmarks.peers import grain_loader
 
     grain_setup = replace(setup, method="process", options={"read_threads": 1, "read_buffer": 4, "group": 1})
     return getattr(grain_loader, f"batches_{how}")(grain_setup)
 
 
-def measure(system: str, path: str, tok: str, tokens: int) -> dict:
+def measure(system: str, path: str, tok: str, tokens: int, decoder: str = "pillow") -> dict:
     rss = PeakRSS()
     start = time.perf_counter()
-    made = batches(system, path, tok)
+    made = batches(system, path, tok, decoder)
     usable, first, rows, padded, quarter = 0, None, 0, 0, None
     for out in made:
         valid = out.valid
@@ -128,8 +132,60 @@ def measure(system: str, path: str, tok: str, tokens: int) -> dict:
 # -- the decoders ------------------------------------------------------------------------------------
 
 
-def decoders(reps: int = 3) -> list[str]:
-    """ms per image to decode and resize (shorter side to 224) the photographs, per library."""
+def decoders(reps: int = 5) -> list[str]:
+    """The decoder table: each ``images(decoder=...)`` that is installed, timed on the photographs
+    through the operator's own path (decode, JPEG at Pillow's draft scale, EXIF turn, Pillow's
+    bicubic resize to the 224 centre crop, patches), one thread, decoders interleaved, ``reps``
+    rounds, medians; and its pixels against Pillow's: the largest difference of any channel of any
+    pixel, and the largest mean difference of an image."""
+    import numpy as np
+
+    from zephon.ops.decoders import DECODERS, DEFAULT
+    from zephon.ops.images import Images
+    from zephon.testing.images import photos
+
+    samples = photos()
+    ops = {}
+    for name in DECODERS:
+        try:
+            ops[name] = Images(size=SIZE, patch=PATCH, decoder=name)
+        except ValueError as e:  # not installed
+            print(f"decoder {name}: {e}", flush=True)
+    kinds = {kind: [d for _, e, d, _ in samples if e == kind] for kind in ("jpg", "png")}
+    times = {(n, k): [] for n in ops for k in kinds}
+    for _ in range(reps):
+        for name, op in ops.items():
+            for kind, blobs in kinds.items():
+                start = time.perf_counter()
+                for b in blobs:
+                    op.patches(b)
+                times[name, kind].append((time.perf_counter() - start) / len(blobs) * 1e3)
+    blobs = [d for _, _, d, _ in samples]
+    want = [ops["pillow"].patches(d).pixels.astype(np.int16) for d in blobs]
+    jpegs, pngs = len(kinds["jpg"]), len(kinds["png"])
+    lines = [
+        f"| decoder | JPEG ms/image ({jpegs}) | PNG ms/image ({pngs}) | all ({len(samples)}) | vs Pillow "
+        "| max abs diff | max mean abs diff |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    base = None
+    for name, op in ops.items():
+        jpg, png = statistics.median(times[name, "jpg"]), statistics.median(times[name, "png"])
+        every = (jpg * jpegs + png * pngs) / len(samples)
+        base = base or every
+        diffs = [np.abs(op.patches(d).pixels.astype(np.int16) - w) for d, w in zip(blobs, want, strict=True)]
+        label = (op.decoder_version or f"pillow {op.pillow}") + (" (default)" if name == DEFAULT else "")
+        lines.append(
+            f"| {label} | {jpg:.2f} | {png:.2f} | {every:.2f} | {base / every:.2f}x | "
+            f"{max(int(d.max()) for d in diffs)} | {max(float(d.mean()) for d in diffs):.3f} |"
+        )
+    return lines
+
+
+def resizes(reps: int = 5) -> list[str]:
+    """The resize alone, on the decoded photographs (Pillow's draft scale): Pillow's bicubic (what
+    every decoder uses) against PyTorch's antialiased bicubic on uint8 (a port of Pillow's filter;
+    where torch is installed), one thread, and PyTorch's pixels against Pillow's."""
     import io
 
     import numpy as np
@@ -137,39 +193,50 @@ def decoders(reps: int = 3) -> list[str]:
 
     from zephon.testing.images import photos
 
-    blobs = [data for _, _, data, _ in photos()]
+    images = []
+    for _, _, data, _ in photos():
+        image = Image.open(io.BytesIO(data))
+        image.draft("RGB", (SIZE, SIZE))
+        images.append(image.convert("RGB"))
 
-    def pillow(b):
-        im = Image.open(io.BytesIO(b))
-        im.draft("RGB", (SIZE, SIZE))
-        im = im.convert("RGB")
-        s = SIZE / min(im.size)
-        return im.resize((max(SIZE, round(im.width * s)), max(SIZE, round(im.height * s))), Image.BICUBIC)
+    def size_of(w, h):
+        s = SIZE / min(w, h)
+        return max(SIZE, round(w * s)), max(SIZE, round(h * s))
 
-    libraries = {f"Pillow {Image.__version__}": pillow}
+    def pillow(image):
+        return np.asarray(image.resize(size_of(*image.size), Image.BICUBIC))
+
+    ways = {"Pillow bicubic (every decoder)": pillow}
     try:
-        import cv2
+        import torch
+        import torch.nn.functional as F
 
-        cv2.setNumThreads(1)
+        torch.set_num_threads(1)
 
-        def opencv(b):
-            a = cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_COLOR)
-            s = SIZE / min(a.shape[:2])
-            size = (max(SIZE, round(a.shape[1] * s)), max(SIZE, round(a.shape[0] * s)))
-            return cv2.cvtColor(cv2.resize(a, size, interpolation=cv2.INTER_CUBIC), cv2.COLOR_BGR2RGB)
+        def pytorch(image):
+            x = torch.from_numpy(np.array(image)).permute(2, 0, 1)[None]
+            w, h = size_of(*image.size)
+            y = F.interpolate(x, size=(h, w), mode="bicubic", antialias=True)
+            return y[0].permute(1, 2, 0).numpy()
 
-        libraries[f"OpenCV {cv2.__version__}"] = opencv
+        ways[f"PyTorch {torch.__version__.split('+')[0]} bicubic, antialias (not an option)"] = pytorch
     except ImportError:
         pass
-    times = {name: [] for name in libraries}
+    times = {name: [] for name in ways}
     for _ in range(reps):
-        for name, fn in libraries.items():
+        for name, fn in ways.items():
             start = time.perf_counter()
-            for b in blobs:
-                fn(b)
-            times[name].append((time.perf_counter() - start) / len(blobs) * 1e3)
-    lines = ["| library | ms per image (median) |", "|---|---:|"]
-    lines += [f"| {name} | {statistics.median(t):.2f} |" for name, t in times.items()]
+            for image in images:
+                fn(image)
+            times[name].append((time.perf_counter() - start) / len(images) * 1e3)
+    want = [pillow(image).astype(np.int16) for image in images]
+    lines = ["| resize | ms/image | max abs diff | max mean abs diff |", "|---|---:|---:|---:|"]
+    for name, fn in ways.items():
+        diffs = [np.abs(fn(image).astype(np.int16) - w) for image, w in zip(images, want, strict=True)]
+        lines.append(
+            f"| {name} | {statistics.median(times[name]):.2f} | {max(int(d.max()) for d in diffs)} | "
+            f"{max(float(d.mean()) for d in diffs):.3f} |"
+        )
     return lines
 
 
@@ -180,20 +247,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=2_000_000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--decoder", default="pillow", help="zephon's images(decoder=...)")
     parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "zephon-vlm-bench"))
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.makedirs(args.data, exist_ok=True)
     path, tok = make_data(args.data)
     if args.one:
-        print(json.dumps(measure(args.one, path, tok, args.tokens)), flush=True)
+        print(json.dumps(measure(args.one, path, tok, args.tokens, args.decoder)), flush=True)
         return
     names, results = systems(), {}
     started = time.perf_counter()
     for rep in range(args.reps):
         for i, name in enumerate(names):
             cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "--tokens", str(args.tokens),
-                   "--data", args.data]  # fmt: skip
+                   "--data", args.data, "--decoder", args.decoder]  # fmt: skip
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
             line = [x for x in out.stdout.splitlines() if x.startswith("{")]
             if out.returncode or not line:
@@ -206,7 +274,7 @@ def main() -> None:
             rate_now = results[name][-1]["tokens_per_s"]
             total = args.reps * len(names)
             print(f"[{done}/{total}] {name}: {rate_now:,.0f} usable tokens/s; ETA {eta:.0f}s", flush=True)
-    write(results, args, decoders())
+    write(results, args, [*decoders(), "", "The resize alone, on the decoded photographs:", "", *resizes()])
 
 
 def write(results: dict, args, decoder_lines: list[str]) -> None:
@@ -228,7 +296,8 @@ def write(results: dict, args, decoder_lines: list[str]) -> None:
         "# Figure 3 on CPU: an image-text pipeline, usable tokens/s as parallelism grows",
         "",
         f"Machine: {platform.machine()}, {CORES} CPUs, Python {platform.python_version()}; "
-        f"Pillow {PIL.__version__}, grain {md.version('grain')}.",
+        f"Pillow {PIL.__version__}, grain {md.version('grain')}; zephon decodes with "
+        f"`images(decoder={args.decoder!r})`, Grain with Pillow.",
         f"Command: `python benchmarks/vlm.py --tokens {args.tokens} --reps {args.reps}`. Medians of "
         f"{args.reps} interleaved runs, each in a fresh process, {args.tokens:,} usable tokens end to end "
         '(start-up included; "after the first batch" leaves it out).',
@@ -255,10 +324,17 @@ def write(results: dict, args, decoder_lines: list[str]) -> None:
                 f"{m['first_batch_s']:.2f} s | "
                 f"{m['peak_rss'] / 2**30:.2f} GiB | {m['padding']:.2%} |"
             )
-    lines += ["", "## The decoder", "", "Decode and resize (shorter side to 224, bicubic) of the "
-              "photographs, one thread, in the benchmark's process:", "", *decoder_lines]  # fmt: skip
+    lines += [
+        "", "## The decoder", "",
+        "Each `images(decoder=...)` installed, on the photographs through the operator (decode, JPEG at "
+        "Pillow's draft scale, EXIF turn, Pillow's bicubic resize to the 224 centre crop, patches), one "
+        "thread, in the benchmark's process, interleaved, medians; pixels against Pillow's:",
+        "", *decoder_lines,
+    ]  # fmt: skip
     write_result("vlm.md", lines, echo=False)
-    write_json("vlm.json", {"tokens": args.tokens, "reps": args.reps, "results": results})
+    write_json(
+        "vlm.json", {"tokens": args.tokens, "reps": args.reps, "decoder": args.decoder, "results": results}
+    )
     plot(med, result_path("vlm.png"))
     print("\n".join(lines))
 

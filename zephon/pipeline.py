@@ -19,6 +19,7 @@ from zephon.fingerprint import PERFORMANCE_OPTIONS
 from zephon.io import Dataset
 from zephon.jobplan import JobPlan
 from zephon.ops import BatchRows, Filter, Images, Map, Operator, PackFlat, Shuffle, Tokenize
+from zephon.ops.decoders import DEFAULT as DEFAULT_DECODER
 from zephon.options import Options
 from zephon.run import Run
 from zephon.spec import RunSpec, output_of
@@ -95,13 +96,14 @@ class Pipeline:
     def images(
         self, field: str = "image", size: int = 224, patch: int = 16, resize: str = "crop",
         mean: tuple[float, float, float] = (0.5, 0.5, 0.5), std: tuple[float, float, float] = (0.5, 0.5, 0.5),
-        parallelism: int | None = None,
+        parallelism: int | None = None, decoder: str = DEFAULT_DECODER,
     ) -> Pipeline:  # fmt: skip
         """Decodes, resizes and cuts ``record[field]`` into patches (see ``zephon.ops.images``);
-        then ``tokenize(image_token=...)`` gives one token per patch."""
+        then ``tokenize(image_token=...)`` gives one token per patch. ``decoder``: the library that
+        decodes (``zephon.ops.decoders``)."""
         if any(isinstance(op, Images) for op in self._ops):
             raise ValueError("a pipeline takes one images() step (one patch size for all images)")
-        return self._then(Images(field, size, patch, resize, mean, std, parallelism))
+        return self._then(Images(field, size, patch, resize, mean, std, parallelism, decoder))
 
     def tokenize(
         self, tokenizer_id: str, field: str = "text", parallelism: int | None = None,

@@ -181,7 +181,8 @@ class EncodeImageText(grain.transforms.Map):
         from zephon.ops.images import Images
 
         tokenizer = Tokenizer.from_file(self.setup.tokenizer_json)
-        images = Images(size=self.setup.image_size, patch=self.setup.patch)
+        # decoding with Pillow, as Grain's users do
+        images = Images(size=self.setup.image_size, patch=self.setup.patch, decoder="pillow")
         self._loaded = (tokenizer, tokenizer.token_to_id(EOS), images)
         return self._loaded
 

@@ -35,7 +35,12 @@ def image_pipeline(setup: Setup):
     return (
         Pipeline(Dataset.from_path(name, path, exhausted="repeat"))
         .options(num_lanes=setup.lanes, runner=setup.method)
-        .images(size=setup.image_size, patch=setup.patch, parallelism=setup.workers)
+        .images(
+            size=setup.image_size,
+            patch=setup.patch,
+            parallelism=setup.workers,
+            decoder=setup.options.get("decoder", "pillow"),
+        )
         .tokenize(setup.tokenizer, image_token=setup.image_token, parallelism=setup.workers)
         .pack_flat(setup.seq_len)
         .shuffle(setup.shuffle, seed=setup.seed)

@@ -17,13 +17,13 @@ every image gives ``(size // patch) ** 2`` tokens. ``resize="fit"``: the image i
 ``size x size`` with its aspect kept, each side rounded to whole patches, so the grid follows the
 image (as models that take images at their own resolution want).
 
-The decoder is Pillow. Measured by ``benchmarks/vlm.py`` (its decoder table; OpenCV is timed
-where ``opencv-python-headless`` is installed), OpenCV 5.0 decoded and resized the test
-photographs in 4.72 ms each against Pillow's 6.84 ms, but it would add a 60 MB dependency and
-reads fewer formats; an OpenCV option is future work. Pillow's version is part of the recipe,
-since another version may resample to other pixels. Pixels stay uint8 through the lane (a
-quarter of the memory of floats, exact in digests); ``mean`` and ``std`` normalize them in
-``Batch.to_training``.
+``decoder`` names the library that decodes (``zephon.ops.decoders``: Pillow, OpenCV, simplejpeg,
+PyTurboJPEG); Pillow decodes what the others do not read, and resizes every image (bicubic, as
+before), so every decoder gives Pillow's pixels within ``decoders.TOLERANCE``. The decoder's name
+and version, and Pillow's version, are part of the recipe: another version may give other pixels.
+A grey image is resized as one channel and copied into three after (the same pixels, a third of
+the work). Pixels stay uint8 through the lane (a quarter of the memory of floats, exact in
+digests); ``mean`` and ``std`` normalize them in ``Batch.to_training``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import io
 
 import numpy as np
 
+from zephon.ops import decoders
 from zephon.ops.base import WorkOperator
 from zephon.ops.containers import Patches, RecordBlock
 
@@ -65,6 +66,7 @@ class Images(WorkOperator):
         mean: tuple[float, float, float] = (0.5, 0.5, 0.5),
         std: tuple[float, float, float] = (0.5, 0.5, 0.5),
         parallelism: int | None = None,
+        decoder: str = decoders.DEFAULT,
     ):
         super().__init__(parallelism)
         import PIL
@@ -82,16 +84,24 @@ class Images(WorkOperator):
         self.field, self.size, self.patch, self.resize = field, size, patch, resize
         self.mean, self.std = tuple(map(float, mean)), tuple(map(float, std))
         self.pillow = PIL.__version__
+        library = decoders.load(decoder)  # here: a missing library is named when the recipe is made
+        self.decoder = decoder
+        self.decoder_version = None if library is None else f"{decoder} {library.version}"
 
     @property
     def patch_dim(self) -> int:
         return self.patch * self.patch * 3
 
     def params(self) -> dict:
-        return {
+        """The settings that shape the pixels; Pillow's version, and another decoder's name and
+        version (none for Pillow: a checkpoint from before decoders could be chosen restores)."""
+        out = {
             "field": self.field, "size": self.size, "patch": self.patch, "resize": self.resize,
             "mean": list(self.mean), "std": list(self.std), "pillow": self.pillow, "orientation": "exif",
         }  # fmt: skip
+        if self.decoder_version:
+            out["decoder"] = self.decoder_version
+        return out
 
     def work(self, block: RecordBlock) -> RecordBlock:
         """Each record's images as patches. A record without the field (or with None) has no
@@ -114,7 +124,7 @@ class Images(WorkOperator):
 
     def patches(self, value) -> Patches:
         """One image, decoded, resized and cut into patches."""
-        pixels = self.resized(decode(value, self.field, self.size))
+        pixels = self.resized(decode(value, self.field, self.size, self.decoder))
         side = self.patch
         gh, gw = pixels.shape[0] // side, pixels.shape[1] // side
         cut = pixels.reshape(gh, side, gw, side, 3).transpose(0, 2, 1, 3, 4).reshape(gh * gw, -1)
@@ -138,17 +148,20 @@ class Images(WorkOperator):
             sw = max(side, min(size, round(w * scale / side) * side))
             sh = max(side, min(size, round(h * scale / side) * side))
             image = image.resize((sw, sh), Image.BICUBIC)
-        return np.asarray(image, np.uint8)
+        pixels = np.asarray(image, np.uint8)
+        return pixels if pixels.ndim == 3 else np.repeat(pixels[:, :, None], 3, axis=2)
 
 
-def decode(value, field: str, size: int):
-    """An RGB Pillow image from encoded bytes (or a dict holding them), upright by its EXIF
-    orientation, or a ValueError; a JPEG is decoded at the smallest scale that keeps both sides at
-    least ``size``."""
+def decode(value, field: str, size: int, decoder: str = "pillow"):
+    """A Pillow image, grey (``L``) or RGB, from encoded bytes (or a dict holding them), upright by
+    its EXIF orientation, or a ValueError; a JPEG is decoded at the smallest scale that keeps both
+    sides at least ``size``, by ``decoder`` where it reads the format, else by Pillow."""
     from PIL import Image
 
     if isinstance(value, dict):
         value = value.get("bytes")
+    if isinstance(value, memoryview):
+        value = bytes(value)
     if isinstance(value, Patches):
         raise ValueError(f"images(field={field!r}): the field holds patches already: one images() step")
     if not isinstance(value, bytes | bytearray | memoryview):
@@ -157,18 +170,30 @@ def decode(value, field: str, size: int):
             f"{type(value).__name__}"
         )
     try:
-        image = Image.open(io.BytesIO(value))
+        image = Image.open(io.BytesIO(value))  # the header only: size, format, mode, EXIF
         if image.width * image.height > MAX_PIXELS:
             raise ValueError(
                 f"images(field={field!r}): an image of {image.width} x {image.height} pixels, over the "
                 f"limit of {MAX_PIXELS:,} (filter it out, or skip bad records with on_error='skip')"
             )
-        # a square request: the same scale whichever way the image is turned after
-        image.draft("RGB", (size, size))
-        image.load()  # decode now, inside the try
-        turn = TURN.get(image.getexif().get(ORIENTATION))
-        rgb = image if image.mode == "RGB" else image.convert("RGB")  # convert would copy an RGB image
-        return rgb if turn is None else rgb.transpose(getattr(Image.Transpose, turn))
+        # Pillow decodes a PNG to find an EXIF chunk that may follow the pixels: a PNG whose bytes
+        # hold no EXIF chunk and no XMP orientation is upright without that (and one that does is
+        # left to Pillow, which has decoded it by then)
+        png_exif = image.format == "PNG" and (b"eXIf" in value or b"Orientation" in value)
+        turn = TURN.get(image.getexif().get(ORIENTATION)) if image.format != "PNG" or png_exif else None
+        pixels = None
+        if decoder != "pillow" and not png_exif:
+            scale = decoders.draft_scale(image.width, image.height, size)
+            pixels = decoders.array(decoders.load(decoder), value, image.format, image.mode, scale)
+        if pixels is not None:
+            image = Image.fromarray(pixels)
+        else:
+            # a square request: the same scale whichever way the image is turned after
+            image.draft("RGB", (size, size))
+            image.load()  # decode now, inside the try
+            if image.mode not in ("L", "RGB"):
+                image = image.convert("RGB")  # convert would copy an RGB image
+        return image if turn is None else image.transpose(getattr(Image.Transpose, turn))
     except ValueError:
         raise
     except Exception as e:  # Pillow raises many kinds: UnidentifiedImageError, OSError, SyntaxError

@@ -1,0 +1,140 @@
+"""Image decoders for ``images(decoder=...)``: encoded bytes to the pixels Pillow would give.
+
+Every decoder gives what ``zephon.ops.images`` resizes: a uint8 array, ``H x W`` (grey) or
+``H x W x 3`` (RGB), as stored (the EXIF turn comes after). A JPEG is decoded at the scale Pillow's
+draft mode picks (1/2, 1/4 or 1/8 in the IDCT, the largest that keeps both sides at least
+``size``), so every decoder resizes the same number of pixels. Each library reads the formats and
+colour modes listed in ``FORMATS``; anything else (a CMYK JPEG, a 16-bit grey PNG, WebP, GIF ...)
+is decoded by Pillow, the reference, and so is anything the library fails on, so that a bad image
+raises the same error with every decoder.
+
+- ``pillow``: the reference.
+- ``opencv`` (``pip install opencv-python-headless``): JPEG (``IMREAD_REDUCED_*``) and PNG.
+- ``simplejpeg`` (``pip install simplejpeg``): JPEG (``min_width``/``min_height``).
+- ``turbojpeg`` (``pip install PyTurboJPEG``, and libjpeg-turbo's ``libturbojpeg`` shared
+  library: PyTurboJPEG 2 needs libjpeg-turbo 3): JPEG (``scaling_factor``).
+
+Measured on the benchmark's photographs (``benchmarks/vlm.py``, its decoder table): each gives
+Pillow's very pixels (JPEG at every draft scale, PNG grey, RGB and RGBA) and takes the same time
+within the noise: Pillow already decodes JPEG with libjpeg-turbo and its DCT scaling, and its PNG
+decoder (zlib-ng) is as fast as OpenCV's libpng. So the default stays Pillow, which needs nothing
+more. ``TOLERANCE`` is what the tests allow (two levels of 255 at a pixel, 0.05 on average over an
+image: the rounding of another IDCT or colour conversion, as a libjpeg-turbo build may differ).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+DECODERS = ("pillow", "opencv", "simplejpeg", "turbojpeg")
+DEFAULT = "pillow"
+PIP = {"opencv": "opencv-python-headless", "simplejpeg": "simplejpeg", "turbojpeg": "PyTurboJPEG"}
+# the formats and Pillow modes (as Image.open reports them) each library decodes to Pillow's pixels
+FORMATS = {
+    "opencv": {"JPEG": ("L", "RGB"), "PNG": ("L", "RGB", "RGBA")},
+    "simplejpeg": {"JPEG": ("L", "RGB")},
+    "turbojpeg": {"JPEG": ("L", "RGB")},
+}
+# the largest difference from Pillow's pixels a decoder may make, per channel, after the resize
+# (levels of 0-255): the max over pixels, and the mean over an image
+TOLERANCE = {"max": 2, "mean": 0.05}
+
+
+@dataclass(frozen=True)
+class Library:
+    name: str
+    version: str
+    decode: object  # (data: bytes, format: str, mode: str, scale: int) -> np.ndarray | None
+
+
+def draft_scale(width: int, height: int, size: int) -> int:
+    """The JPEG scale Pillow's ``draft("RGB", (size, size))`` picks: 8, 4, 2 or 1."""
+    scale = min(width // size, height // size)
+    return next(s for s in (8, 4, 2, 1) if scale >= s or s == 1)
+
+
+def load(name: str) -> Library | None:
+    """The library behind a decoder (None for Pillow), or a ValueError saying what to install."""
+    if name not in DECODERS:
+        raise ValueError(f"images(decoder={name!r}): expected one of {DECODERS}")
+    return None if name == "pillow" else _load(name)
+
+
+@functools.cache
+def _load(name: str) -> Library:
+    try:
+        return globals()[f"_{name}"]()
+    except ImportError as e:
+        raise ValueError(
+            f"images(decoder={name!r}) needs {PIP[name]}: pip install {PIP[name]} (importing it failed: {e})"
+        ) from None
+
+
+def _opencv() -> Library:
+    import cv2
+
+    reduced = {1: cv2.IMREAD_COLOR_RGB, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4,
+               8: cv2.IMREAD_REDUCED_COLOR_8}  # fmt: skip
+    grey = {1: cv2.IMREAD_GRAYSCALE, 2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
+            8: cv2.IMREAD_REDUCED_GRAYSCALE_8}  # fmt: skip
+
+    def decode(data, fmt, mode, scale):
+        flags = (grey if mode == "L" else reduced)[scale] | cv2.IMREAD_IGNORE_ORIENTATION
+        pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+        if pixels is not None and pixels.ndim == 3 and scale > 1:  # the reduced colour flags give BGR
+            pixels = cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB)
+        return pixels
+
+    cv2.setNumThreads(1)  # one image per worker: the runner's workers are the parallelism
+    return Library("opencv", cv2.__version__, decode)
+
+
+def _simplejpeg() -> Library:
+    import simplejpeg
+
+    def decode(data, fmt, mode, scale):
+        height, width, *_ = simplejpeg.decode_jpeg_header(data)
+        return simplejpeg.decode_jpeg(
+            data, "GRAY" if mode == "L" else "RGB", min_width=-(-width // scale),
+            min_height=-(-height // scale), strict=True,
+        )  # fmt: skip
+
+    return Library("simplejpeg", simplejpeg.__version__, decode)
+
+
+def _turbojpeg() -> Library:
+    import turbojpeg
+
+    try:
+        jpeg = turbojpeg.TurboJPEG()
+    except (OSError, RuntimeError) as e:
+        raise ImportError(f"PyTurboJPEG cannot load libjpeg-turbo's libturbojpeg: {e}") from None
+
+    def decode(data, fmt, mode, scale):
+        gray = mode == "L"
+        pixels = jpeg.decode(
+            data, pixel_format=turbojpeg.TJPF_GRAY if gray else turbojpeg.TJPF_RGB,
+            scaling_factor=(1, scale),
+        )  # fmt: skip
+        return pixels[:, :, 0] if gray else pixels
+
+    return Library("turbojpeg", turbojpeg.__version__, decode)
+
+
+def array(library: Library, data, fmt: str, mode: str, scale: int) -> np.ndarray | None:
+    """The pixels ``library`` decodes (uint8, grey or RGB), or None where Pillow should decode:
+    a format or mode the library does not read as Pillow does, or a failure (Pillow then names it)."""
+    if mode not in FORMATS[library.name].get(fmt, ()):
+        return None
+    if fmt == "JPEG" and bytes(data[-2:]) != b"\xff\xd9":
+        return None  # cut off, or bytes after the end: libjpeg fills the rest with grey, Pillow refuses
+    try:
+        pixels = library.decode(data, fmt, mode, scale if fmt == "JPEG" else 1)
+    except Exception:  # the libraries raise many kinds; Pillow decodes it again and names the fault
+        return None
+    if pixels is None or pixels.dtype != np.uint8 or pixels.ndim != (2 if mode == "L" else 3):
+        return None
+    return pixels if pixels.ndim == 2 or pixels.shape[2] == 3 else None
