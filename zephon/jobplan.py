@@ -72,10 +72,9 @@ class JobPlan:
         return sum(len(d.chunks) for d in self.datasets)
 
     def summary(self) -> str:
-        return (
-            f"{len(self.datasets)} datasets, {self.files:,} files, {self.chunks:,} chunks, "
-            f"{self.nbytes / 1e6:.1f} MB"
-        )
+        counts = ((len(self.datasets), "dataset"), (self.files, "file"), (self.chunks, "chunk"))
+        listed = ", ".join(f"{n:,} {noun}{'' if n == 1 else 's'}" for n, noun in counts)
+        return f"{listed}, {self.nbytes / 1e6:.1f} MB"
 
     # -- on disk ----------------------------------------------------------------------------
 
