@@ -113,7 +113,9 @@ class Tokenize(WorkOperator):
         bos, eos = tok.bos_id if self.add_bos else None, tok.eos_id if self.add_eos else None
         if images is None or not counts.any():
             tokens, offsets = _with_special(ids, lengths, bos, eos)
-            return Docs(tokens, offsets, block.numbers[keep], block.dataset, counters, block.skipped)
+            docs = Docs(tokens, offsets, block.numbers[keep], block.dataset, counters, block.skipped)
+            docs.token_positions()  # here, on the workers, not in the lane
+            return docs
         tokens, offsets, mask = _with_images(ids, lengths, counts, self.image_id, bos, eos)
         patch_at = np.zeros(len(tokens) + 1, np.int64)
         np.cumsum(mask, out=patch_at[1:])
