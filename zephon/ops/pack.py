@@ -113,8 +113,9 @@ def by_row(pieces: list[Piece], lengths: list[int]) -> list[list[Piece]]:
     for n in lengths:
         row, filled = [], 0
         while filled < n:
-            row.append(pieces[at])
-            filled, at = filled + len(pieces[at]), at + 1
+            piece = pieces[at]
+            row.append(piece)
+            filled, at = filled + piece.stop - piece.start, at + 1
         bins.append(row)
     return bins
 
@@ -139,7 +140,7 @@ def wrap(mixer: Mixer, rows: int, row_len: int, most: int | None = None) -> tupl
         if piece is None:
             break
         pieces.append(piece)
-        filled += len(piece)
+        filled += piece.stop - piece.start
     lengths = [row_len] * (filled // row_len) + ([filled % row_len] if filled % row_len else [])
     return pieces, lengths
 

@@ -389,7 +389,7 @@ class Mixer:
         bounds = self.bounds[d]
         last = bisect.bisect_right(bounds, piece.stop) - 1  # the doc holding stop
         if self.unit == "tokens":
-            self.used[d] += len(piece)
+            self.used[d] += piece.stop - piece.start
         else:  # documents begun: document starts inside [start, stop)
             begun = bisect.bisect_left(bounds, piece.stop, 0, len(bounds) - 1)  # starts before stop
             self.used[d] += begun - self.docs[d] - (self.offsets[d] > 0)
