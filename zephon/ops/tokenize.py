@@ -253,8 +253,12 @@ def _with_special(ids: np.ndarray, lengths: np.ndarray, bos: int | None, eos: in
     if not extra:
         return ids.astype(np.int32, copy=False), offsets
     tokens = np.empty(int(offsets[-1]), np.int32)
-    shift = np.arange(len(lengths), dtype=np.int64) * extra + (bos is not None)
-    tokens[np.arange(len(ids)) + np.repeat(shift, lengths)] = ids
+    text = np.ones(len(tokens), bool)  # where the ids go: all but the special tokens' places
+    if bos is not None:
+        text[offsets[:-1]] = False
+    if eos is not None:
+        text[offsets[1:] - 1] = False
+    tokens[text] = ids
     if bos is not None:
         tokens[offsets[:-1]] = bos
     if eos is not None:
