@@ -113,7 +113,20 @@ def record(args, gil: bool, tmp: str) -> tuple[list, dict]:
     child = [sys.executable, os.path.abspath(__file__), "--child", *options, "--tokens", str(args.tokens)]
     flags = ["--gil"] if gil else []
     env = {**os.environ, "FASTOKENS_BPE_THREADS": "1"}
-    spy = ["py-spy", "record", *flags, "-r", str(args.rate), "-f", "raw", "-o", raw, "--", *child]
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")  # the environment's, else PATH's
+    spy = [
+        here if os.path.exists(here) else "py-spy",
+        "record",
+        *flags,
+        "-r",
+        str(args.rate),
+        "-f",
+        "raw",
+        "-o",
+        raw,
+        "--",
+        *child,
+    ]
     done = subprocess.run(spy, check=True, env=env, capture_output=True, text=True)
     result = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
     return read_raw(raw), result
@@ -167,6 +180,9 @@ def report(args, cpu, cpu_run, gil, gil_run) -> list[str]:
         lines.append(f"| {kind} | {value:.4f} | {share} | {held.get(kind, 0.0):.4f} |")
     lines += [
         f"| **steady total** (start-up left out) | **{w:.4f}** | 100% | **{g:.4f}** |",
+        "",
+        "The runner row holds worker threads that py-spy sampled while they waited on the pool's",
+        "queue, so W is an upper bound, and the projection below a lower one.",
         "",
         "## One rank process at more cores",
         "",
