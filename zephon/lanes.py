@@ -311,7 +311,8 @@ def lane_batches(
         window, index, at_start = start.window, start.index - start.delivered, start.mix
         while True:
             streams.window = window
-            order = None if ops.shuffle is None else functools.partial(ops.shuffle.order, lane=lane, window=window)
+            shuffle = ops.shuffle
+            order = None if shuffle is None else functools.partial(shuffle.order, lane=lane, window=window)
             rows = ops.pack.fill(mixer, ops.rows_in(window), order)  # shuffled as they are laid out
             if len(rows) == 0:
                 return
