@@ -171,6 +171,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=8_000_000)
     parser.add_argument("--stall-tokens", type=int, default=8_000_000)
+    parser.add_argument(
+        "--alone-tokens",
+        type=int,
+        help="tokens for the tokenizers alone (default --tokens): their rate is steady",
+    )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--stall-reps", type=int, default=2, help="runs of the stall loop per system")
     parser.add_argument("--out", default="throughput", help="results file name (with --only: a subset)")
@@ -205,7 +210,9 @@ def main() -> None:
         runs: dict[str, list[dict]] = {s: [] for s in systems}
         for rep in range(args.reps):
             for system in systems:
-                result = run_one({"system": system, "setup": setup, "tokens": args.tokens}, args.timeout)
+                alone = SYSTEMS[system][0] == "tokenizer_alone" and args.alone_tokens
+                tokens = args.alone_tokens if alone else args.tokens
+                result = run_one({"system": system, "setup": setup, "tokens": tokens}, args.timeout)
                 print(f"rep {rep + 1}: {system}: {result}", flush=True)
                 if result:
                     runs[system].append(result)
@@ -270,6 +277,7 @@ def _write(runs, stalls, extras, limit, args) -> None:
         + ", zephon 0.2.0 (PyPI).",
         f"Command: `python benchmarks/throughput.py --tokens {args.tokens} --reps {args.reps} "
         f"--stall-reps {args.stall_reps}"
+        + (f" --alone-tokens {args.alone_tokens}" if getattr(args, "alone_tokens", None) else "")
         + (f" --out {args.out} --only " + " ".join(repr(o) for o in args.only) if args.only else "")
         + "`. "
         f"Medians of {args.reps} interleaved runs, each in a fresh process, {args.tokens:,} tokens "

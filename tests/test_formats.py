@@ -216,3 +216,71 @@ def test_json_lines_read_as_json_loads_reads_each_line(tmp_path):
     path.write_bytes(b'{"text": "a"}\n{"text": "b"}, {"text": "c"}\n')  # two values on a line
     with pytest.raises(DataError, match=r"line 2: malformed JSON \(Extra data"):
         _read_all(Dataset.from_path("d", str(path)), 1, 1 << 20)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"text": "a"}\n{"text": "b"} {"text": "c"}\n{"text":\n"d"}\n',  # two on a line, one on two
+        b'{"text": "a", "x": [1,\n2]}\n{"text": "b"}\n',  # an object across two lines
+        b'{"text": "a"}\n\n{"text": "b"}\n',  # a blank line
+        b'{"text": "a"}\r\n{"text": "b"}\r\n',  # CRLF
+        b'{"text": "a", "n": NaN, "i": -Infinity, "big": 1e400, "tiny": 1e-400}\n',  # what msgspec refuses
+        b'{"text": "\\ud800 lone", "pair": "\\ud83d\\udc4d"}\n{"text": "b"}',  # no newline at the end
+        b'{"a": 1, "b": 2, "a": 3, "text": "dup", "int": 123456789012345678901234567890}\n',
+        '{"text": "caf\u00e9"}\n{"text": "\u00e9"}'.encode(),
+        b'{"text": "\xed\xa0\x80"}\n',  # an encoded surrogate: invalid UTF-8, json.loads allows it
+        b'{"text": "a"}\n{"text": "b"}\x0b\n',
+    ],
+)
+def test_a_chunk_read_in_one_call_gives_what_json_loads_gives_line_by_line(text):
+    import json
+
+    from zephon.io.formats.lines import JsonLinesFormat
+
+    lines = [line for line in text.split(b"\n") if line.strip()]
+    try:
+        want = [json.loads(line) for line in lines]
+    except ValueError:
+        want = None  # then the quick path declines, and parse says what is wrong
+    got = JsonLinesFormat().parse_all(text, None)
+    if want is None:
+        assert got is None
+    elif got is not None:  # declined is fine: parse reads the lines one by one
+        assert repr(got) == repr(want) and [list(r) for r in got] == [list(r) for r in want]
+
+
+def test_msgspec_and_json_read_the_same_values_on_random_records():
+    import json
+    import random
+
+    from zephon.io.formats.lines import JsonLinesFormat, _whole_chunk
+
+    rng = random.Random(0)
+
+    def value(depth=0):
+        kind = rng.randrange(8 if depth < 3 else 5)
+        if kind == 0:
+            return rng.randint(-(1 << 70), 1 << 70)
+        if kind == 1:
+            return rng.uniform(-1e300, 1e300) * rng.choice([1, 1e-300, 1e-10])
+        if kind == 2:
+            chars = [rng.choice([rng.randint(32, 126), rng.randint(0, 0xD7FF), 0x1F44D, 10, 34, 92])
+                     for _ in range(rng.randint(0, 20))]  # fmt: skip
+            return "".join(map(chr, chars))
+        if kind == 3:
+            return rng.choice([True, False, None])
+        if kind == 4:
+            return rng.random()
+        if kind == 5:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {f"k{rng.randint(0, 5)}": value(depth + 1) for _ in range(rng.randint(0, 4))}
+
+    records = [{"text": value(), **{f"f{i}": value() for i in range(rng.randint(0, 3))}} for _ in range(3000)]
+    lines = [json.dumps(r, ensure_ascii=rng.random() < 0.5).encode() for r in records]
+    data = b"\n".join(lines) + b"\n"
+    want = [json.loads(line) for line in lines]
+    got = _whole_chunk(data)
+    assert got is not None  # the quick path took it
+    assert repr(got) == repr(want)
+    assert repr(JsonLinesFormat().parse_all(data, ("text",))) == repr([{"text": r["text"]} for r in want])

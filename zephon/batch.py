@@ -71,8 +71,9 @@ class Batch:
 
     def tokens_per_dataset(self, num_datasets: int) -> np.ndarray:
         """Delivered tokens of each dataset in this batch (padding excluded)."""
-        src = self.sources[self.sources >= 0]
-        return np.bincount(src, minlength=num_datasets)
+        if num_datasets <= 8:  # a pass per dataset: a tenth of the time of a boolean index and bincount
+            return np.array([np.count_nonzero(self.sources == d) for d in range(num_datasets)], np.int64)
+        return np.bincount(self.sources.ravel().astype(np.intp) + 1, minlength=num_datasets + 1)[1:]
 
     def documents_per_dataset(self, num_datasets: int) -> np.ndarray:
         """Documents of each dataset that begin in this batch: what record ratios count."""

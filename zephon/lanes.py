@@ -12,6 +12,7 @@ window start plus the batches of that window already delivered.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 from collections import deque
@@ -310,11 +311,11 @@ def lane_batches(
         window, index, at_start = start.window, start.index - start.delivered, start.mix
         while True:
             streams.window = window
-            rows = ops.pack.fill(mixer, ops.rows_in(window))
+            shuffle = ops.shuffle
+            order = None if shuffle is None else functools.partial(shuffle.order, lane=lane, window=window)
+            rows = ops.pack.fill(mixer, ops.rows_in(window), order)  # shuffled as they are laid out
             if len(rows) == 0:
                 return
-            if ops.shuffle is not None:
-                rows = rows.take(ops.shuffle.order(len(rows), lane, window))
             parts = ops.batch.split(rows)
             counters, end = mixer.take_counters(), mixer.state
             streams.release(end)

@@ -96,9 +96,18 @@ class Docs:
     patch_at: np.ndarray | None = None  # int64 [total + 1]: image tokens before each token
     digest: str = ""  # of the bytes its chunk was read from, as the read gave it
     requests: tuple[int, int] = (0, 0)  # what reading its chunk cost the store: requests, bytes
+    positions: np.ndarray | None = None  # int32 [total]: each token's place in its document
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
+
+    def token_positions(self) -> np.ndarray:
+        """Each token's place in its document (0 at every document start): made once per chunk,
+        by the worker that tokenized it, so that packing only copies slices of it."""
+        if self.positions is None:
+            starts = np.repeat(self.offsets[:-1].astype(np.int32), np.diff(self.offsets))
+            self.positions = np.arange(len(self.tokens), dtype=np.int32) - starts
+        return self.positions
 
     def patches_of(self, start: int, stop: int) -> tuple[np.ndarray, Patches] | None:
         """Tokens ``[start, stop)``: which are image tokens (bool), and their patches; None for

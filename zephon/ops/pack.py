@@ -28,11 +28,12 @@ takes one document at a time, and best-fit opens no bin past the bound.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
 import numpy as np
 
 from zephon.ops.base import Operator
-from zephon.ops.containers import Patches, RowPatches, Rows
+from zephon.ops.containers import PAD_SOURCE, Patches, RowPatches, Rows
 from zephon.work.mixture import Mixer, Piece
 
 ALGORITHMS = ("wrap", "best_fit")
@@ -85,21 +86,38 @@ class PackFlat(Operator):
             out["max_documents_per_row"] = self.max_documents_per_row
         return out
 
-    def fill(self, mixer: Mixer, rows: int) -> Rows:
-        """The next window: ``rows`` rows, fewer only once the mixer has ended."""
+    def fill(self, mixer: Mixer, rows: int, order: Callable[[int], np.ndarray] | None = None) -> Rows:
+        """The next window: ``rows`` rows, fewer only once the mixer has ended; with ``order``
+        (the number of rows -> a permutation, the shuffle's), row ``i`` is packed row ``order[i]``."""
         most = self.max_documents_per_row
         if self.algorithm == "wrap":
             pieces, lengths = wrap(mixer, rows, self.row_len, most)
+            bins = by_row(pieces, lengths)
         else:
             bins = best_fit(mixer, rows, self.row_len, most)
-            pieces = [p for b in bins for p in b]
             lengths = [sum(len(p) for p in b) for b in bins]
-        out = build_rows(pieces, lengths, self.row_len, self.pad_id)
+        permutation = None if order is None else order(len(bins))
+        out = build_rows(bins, lengths, self.row_len, self.pad_id, permutation)
+        if permutation is not None:
+            lengths = [lengths[r] for r in permutation.tolist()]
         if not self.document_mask:
             out.positions[:] = np.arange(self.row_len, dtype=np.int32)
         elif most is not None:
             continue_into_padding(out.positions, lengths)
         return out
+
+
+def by_row(pieces: list[Piece], lengths: list[int]) -> list[list[Piece]]:
+    """Pieces laid end to end (none crosses a row's end), grouped into rows of ``lengths``."""
+    bins, at = [], 0
+    for n in lengths:
+        row, filled = [], 0
+        while filled < n:
+            piece = pieces[at]
+            row.append(piece)
+            filled, at = filled + piece.stop - piece.start, at + 1
+        bins.append(row)
+    return bins
 
 
 def continue_into_padding(positions: np.ndarray, lengths: list[int]) -> None:
@@ -122,7 +140,7 @@ def wrap(mixer: Mixer, rows: int, row_len: int, most: int | None = None) -> tupl
         if piece is None:
             break
         pieces.append(piece)
-        filled += len(piece)
+        filled += piece.stop - piece.start
     lengths = [row_len] * (filled // row_len) + ([filled % row_len] if filled % row_len else [])
     return pieces, lengths
 
@@ -210,11 +228,55 @@ def decreasing(lengths: list[int], row_len: int, most: int | None = None) -> lis
     return bins
 
 
-def build_rows(pieces: list[Piece], lengths: list[int], row_len: int, pad_id: int) -> Rows:
-    """Rows from pieces laid end to end, ``lengths[r]`` tokens in row ``r``, the rest padding."""
-    n = len(lengths)
-    if not pieces:
+def build_rows(bins: list[list[Piece]], lengths: list[int], row_len: int, pad_id: int,
+               order: np.ndarray | None = None) -> Rows:  # fmt: skip
+    """Rows of the pieces of ``bins`` laid end to end, ``lengths[r]`` tokens in row ``r``, the
+    rest padding; with ``order``, row ``i`` of the result is row ``order[i]``. Each piece is one
+    slice of its chunk's tokens and of their places in their documents (``Docs.token_positions``),
+    all joined in one copy, in the order the rows go out."""
+    n = len(bins)
+    if not any(bins):
         return Rows.padding(0, row_len, pad_id)
+    if any(p.docs.patches is not None for b in bins for p in b):
+        out = _build_image_rows([p for b in bins for p in b], lengths, row_len, pad_id)
+        return out if order is None else out.take(order)
+    rows = range(n) if order is None else order.tolist()
+    tokens, positions, datasets, sizes = [], [], [], []
+    cuts, padding, at = [], [], 0  # cuts: (where, tokens, shift) of pieces that continue a document
+    for r in rows:
+        for p in bins[r]:
+            start, stop, docs = p.start, p.stop, p.docs
+            tokens.append(docs.tokens[start:stop])
+            positions.append(docs.token_positions()[start:stop])
+            datasets.append(p.dataset)
+            sizes.append(stop - start)
+            first = docs.offsets[p.doc]
+            if start > first:
+                cuts.append((at, min(stop, docs.offsets[p.doc + 1]) - start, start - first))
+            at += stop - start
+        short = row_len - lengths[r]
+        if short:
+            tokens.append(np.full(short, pad_id, np.int32))
+            positions.append(np.zeros(short, np.int32))
+            datasets.append(PAD_SOURCE)
+            sizes.append(short)
+            padding.append((at, short))
+            at += short
+    flat_positions = np.concatenate(positions)
+    starts = flat_positions == 0  # document starts (a cut piece does not start at 0, yet)
+    for a, k in padding:
+        starts[a : a + k] = False
+    for a, k, shift in cuts:  # positions restart where a document was cut
+        flat_positions[a : a + k] -= shift
+    sources = np.repeat(np.array(datasets, np.int16), sizes)
+    shape = (n, row_len)
+    return Rows(np.concatenate(tokens).reshape(shape), flat_positions.reshape(shape), sources.reshape(shape),
+                starts.reshape(shape))  # fmt: skip
+
+
+def _build_image_rows(pieces: list[Piece], lengths: list[int], row_len: int, pad_id: int) -> Rows:
+    """As ``build_rows``, for pieces that may hold image tokens (their patches travel along)."""
+    n = len(lengths)
     tokens = np.concatenate([p.docs.tokens[p.start : p.stop] for p in pieces])
     sizes = np.fromiter((len(p) for p in pieces), np.int64, len(pieces))
     at = np.zeros(len(pieces), np.int64)

@@ -113,7 +113,9 @@ class Tokenize(WorkOperator):
         bos, eos = tok.bos_id if self.add_bos else None, tok.eos_id if self.add_eos else None
         if images is None or not counts.any():
             tokens, offsets = _with_special(ids, lengths, bos, eos)
-            return Docs(tokens, offsets, block.numbers[keep], block.dataset, counters, block.skipped)
+            docs = Docs(tokens, offsets, block.numbers[keep], block.dataset, counters, block.skipped)
+            docs.token_positions()  # here, on the workers, not in the lane
+            return docs
         tokens, offsets, mask = _with_images(ids, lengths, counts, self.image_id, bos, eos)
         patch_at = np.zeros(len(tokens) + 1, np.int64)
         np.cumsum(mask, out=patch_at[1:])
@@ -251,8 +253,12 @@ def _with_special(ids: np.ndarray, lengths: np.ndarray, bos: int | None, eos: in
     if not extra:
         return ids.astype(np.int32, copy=False), offsets
     tokens = np.empty(int(offsets[-1]), np.int32)
-    shift = np.arange(len(lengths), dtype=np.int64) * extra + (bos is not None)
-    tokens[np.arange(len(ids)) + np.repeat(shift, lengths)] = ids
+    text = np.ones(len(tokens), bool)  # where the ids go: all but the special tokens' places
+    if bos is not None:
+        text[offsets[:-1]] = False
+    if eos is not None:
+        text[offsets[1:] - 1] = False
+    tokens[text] = ids
     if bos is not None:
         tokens[offsets[:-1]] = bos
     if eos is not None:

@@ -238,6 +238,7 @@ class Mixer:
         self.heads: list[Any] = [None] * n  # the tokenized chunk at each position
         self.bounds: list[list[int] | None] = [None] * n  # heads[d].offsets, as a list
         self.docs = [0] * n  # document index into heads[d]
+        self.hints = [0] * n  # the length of each dataset's last run: where the next one is sought
         self.counters: dict[str, int] = {}  # of the chunks entered since the last take_counters
         self.ended = False
         for d, position in enumerate(state.positions):
@@ -297,13 +298,30 @@ class Mixer:
             upcoming = [self._next_units(e, limit) for e in range(len(self.shares))]
             piece = self._cut(pick_scheduled(self.schedule, self.used, upcoming), limit, False)
         else:
-            upcoming = [self._next_units(e, limit) for e in range(len(self.shares))]
-            d = pick(self.shares, self.used, upcoming)
+            d = self._pick(limit)
             piece = self._cut(d, limit, False)
             if runs and len(piece) < limit and piece.stop == self.bounds[d][piece.doc + 1]:
                 piece.stop = self._run_stop(piece, limit)
         self._advance(piece.dataset, piece)
         return piece
+
+    def _pick(self, limit: int) -> int:
+        """:func:`pick` over every dataset's next piece of at most ``limit`` (the same keys, the
+        same arithmetic), without the lists: it runs for every piece of a lane."""
+        best, best_key, bounds, docs, offsets, used = 0, None, self.bounds, self.docs, self.offsets, self.used
+        tokens = self.unit == "tokens"
+        for e, share in enumerate(self.shares):
+            if tokens:
+                b, doc = bounds[e], docs[e]
+                n = b[doc + 1] - b[doc] - offsets[e]
+                if n > limit:
+                    n = limit
+            else:
+                n = 1 if offsets[e] == 0 else 0
+            key = (used[e] + n / 2) / share
+            if best_key is None or key < best_key:
+                best, best_key = e, key
+        return best
 
     def _remaining(self, d: int) -> int:
         bounds, doc = self.bounds[d], self.docs[d]
@@ -319,25 +337,17 @@ class Mixer:
         its dataset. Whether it takes the ``j``-th of them is a prefix property: the key of ``d``
         only grows with ``j`` (each document adds its tokens before the next one's half), the
         others' keys only shrink (the room left for their next piece shrinks), so the documents
-        it takes are the first ``k``, and ``k`` is found by galloping, then bisecting, over the
-        same comparisons as :func:`pick`: a few of them, where one by one took ``k``."""
-        bounds = self.bounds[piece.dataset]
+        it takes are the first ``k``, and ``k`` is found by galloping from the length of this
+        dataset's last run (runs of one dataset are alike), then bisecting, over the same
+        comparisons as :func:`pick`: a few of them, where one by one took ``k``."""
+        d, bounds = piece.dataset, self.bounds[piece.dataset]
         first = piece.doc + 1
         n = len(bounds) - 1 - first  # documents after the piece's, in its chunk
         if n <= 0:
             return piece.stop
-        takes = self._run_rule(piece, limit, first)
-        if not takes(0):
-            return piece.stop
-        lo, hi, step = 0, 1, 1  # takes(lo); the first document it does not take is in (lo, hi]
-        while hi < n and takes(hi):
-            lo, step = hi, step * 2
-            hi = lo + step
-        hi = min(hi, n)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if takes(mid) else (lo, mid)
-        return min(bounds[first + hi], piece.start + limit)  # the last one cut where the room ends
+        k = first_false(self._run_rule(piece, limit, first), n, self.hints[d])
+        self.hints[d] = k
+        return min(bounds[first + k], piece.start + limit)  # the last one cut where the room ends
 
     def _run_rule(self, piece: Piece, limit: int, first: int) -> Callable[[int], bool]:
         """Whether the rule would take document ``first + j`` of ``piece``'s chunk (as a piece of
@@ -379,7 +389,7 @@ class Mixer:
         bounds = self.bounds[d]
         last = bisect.bisect_right(bounds, piece.stop) - 1  # the doc holding stop
         if self.unit == "tokens":
-            self.used[d] += len(piece)
+            self.used[d] += piece.stop - piece.start
         else:  # documents begun: document starts inside [start, stop)
             begun = bisect.bisect_left(bounds, piece.stop, 0, len(bounds) - 1)  # starts before stop
             self.used[d] += begun - self.docs[d] - (self.offsets[d] > 0)
@@ -396,6 +406,9 @@ class Mixer:
 
     def _settle(self, d: int) -> None:
         """Step over used-up and empty chunks to the next document of ``d``, or its end."""
+        bounds = self.bounds[d]
+        if bounds is not None and self.docs[d] < len(bounds) - 1:
+            return  # inside its chunk: the common case
         docs, empty = self.heads[d], 0
         while docs is not None and self.docs[d] >= len(docs):
             empty = empty + 1 if len(docs) == 0 else 0
@@ -437,6 +450,31 @@ class Mixer:
         """Counters (empty documents, filtered records) of the chunks entered since the last call."""
         counters, self.counters = self.counters, {}
         return counters
+
+
+def first_false(holds: Callable[[int], bool], n: int, guess: int) -> int:
+    """The first ``j`` in ``[0, n)`` where ``holds(j)`` is false (``n`` if none), for a ``holds``
+    true up to some point and false from there on: galloping up or down from ``guess``, then
+    bisecting, so that a good guess costs two calls."""
+    guess = max(0, min(guess, n))
+    if guess < n and holds(guess):  # the answer is past guess
+        lo, step = guess, 1  # holds(lo)
+        hi = lo + step
+        while hi < n and holds(hi):
+            lo, step = hi, step * 2
+            hi = lo + step
+        hi = min(hi, n)
+    else:  # the answer is at or before guess
+        hi, step = guess, 1  # not holds(hi), or hi == n
+        lo = hi - step
+        while lo >= 0 and not holds(lo):
+            hi, step = lo, step * 2
+            lo = hi - step
+        lo = max(lo, -1)  # holds(lo), or lo == -1
+    while hi - lo > 1:  # the answer is in (lo, hi]
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if holds(mid) else (lo, mid)
+    return hi
 
 
 def sum_counters(items: Iterable[dict[str, int]]) -> dict[str, int]:

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 
+import msgspec
+import numpy as np
+
 from zephon.io.chunks import Group, Shard
 from zephon.io.formats.base import BadRecord, ChunkRead, DataError, Format, Records, content_digest
 
@@ -18,6 +21,7 @@ _TAIL = 64 << 10  # read-ahead to finish a chunk's last line
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())
 _JSON_SPACE = " \t\r"  # what json.loads allows around a value (and the \n we split on)
 _BLANK = " \t\n\r\x0b\x0c"  # what bytes.strip() removes: a line of these is no record
+_LINES = msgspec.json.Decoder().decode_lines
 
 
 class _LineFormat(Format):
@@ -92,32 +96,63 @@ class JsonLinesFormat(_LineFormat):
         return record
 
     def parse_all(self, data: bytes, columns: tuple[str, ...] | None) -> Records | None:
-        # json's own C scanner on each line of the decoded chunk: the same values as json.loads
-        # without its per-call checks; any doubt goes back to parse, line by line
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-        records, scan = [], _SCAN
-        for line in text.split("\n"):
-            line = line.strip(_JSON_SPACE)
-            if not line.strip(_BLANK):
-                if line:
-                    return None  # blank to bytes.strip but not JSON whitespace: let parse decide
-                continue
+        records = _whole_chunk(data)
+        if records is None:
             try:
-                record, end = scan(line, 0)
-            except (StopIteration, ValueError, RecursionError):
+                records = _line_by_line(data.decode("utf-8"))
+            except UnicodeDecodeError:
                 return None
-            if end != len(line) or type(record) is not dict:
-                return None
-            if columns is not None:
-                try:
-                    record = {c: record[c] for c in columns}
-                except KeyError:
-                    return None
-            records.append(record)
-        return records
+        if records is None or columns is None:
+            return records
+        try:
+            return [{c: record[c] for c in columns} for record in records]
+        except KeyError:
+            return None
+
+
+def _whole_chunk(data: bytes) -> Records | None:
+    """The records of a chunk whose every line is one object, ``{`` first and ``}`` last (a
+    ``\r`` after it allowed), in one call of msgspec's reader: four times json's speed on short
+    lines. msgspec reads newlines as whitespace, so one object across two lines would pass it;
+    here it cannot: inside an object or array, a ``}`` is never followed by a ``{``, so every
+    newline lies between two objects, and with as many objects as lines, each line holds one.
+    Where both readers take a text they give the same values; what msgspec refuses (NaN,
+    Infinity, numbers out of a float's range, lone surrogates) goes to ``_line_by_line``. A
+    text that is not all ASCII is decoded first, so that Python's UTF-8 decoder judges it."""
+    if not data:
+        return None
+    raw = np.frombuffer(data, np.uint8)
+    newlines = np.flatnonzero(raw == 10)
+    starts = np.concatenate(([0], newlines[:-1] + 1)) if data[-1] == 10 else np.append(0, newlines + 1)
+    ends = newlines - 1 if data[-1] == 10 else np.append(newlines, len(raw)) - 1
+    ends -= raw[ends] == 13
+    if not ((raw[starts] == 123).all() and (ends > starts).all() and (raw[ends] == 125).all()):
+        return None
+    try:
+        records = _LINES(data if data.isascii() else data.decode("utf-8"))
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return None
+    return records if len(records) == len(starts) else None
+
+
+def _line_by_line(text: str) -> Records | None:
+    """json's own C scanner on each line: the same values as json.loads without its per-call
+    checks; any doubt (None) goes back to ``parse``, line by line."""
+    records, scan = [], _SCAN
+    for line in text.split("\n"):
+        line = line.strip(_JSON_SPACE)
+        if not line.strip(_BLANK):
+            if line:
+                return None  # blank to bytes.strip but not JSON whitespace: let parse decide
+            continue
+        try:
+            record, end = scan(line, 0)
+        except (StopIteration, ValueError, RecursionError):
+            return None
+        if end != len(line) or type(record) is not dict:
+            return None
+        records.append(record)
+    return records
 
 
 class TextFormat(_LineFormat):
