@@ -10,7 +10,6 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pyarrow as pa
@@ -507,18 +506,15 @@ def test_retries_wait_a_jittered_backoff_and_at_least_what_retry_after_asks():
 def test_a_process_has_at_most_max_requests_in_flight_however_many_threads_read(monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
+    from support.inflight import InFlight
+
     from zephon.io.chunks import Shard
     from zephon.io.remote import Opener, RemoteFile
 
-    in_flight, most, lock = [0], [0], threading.Lock()
+    counter = InFlight()
 
     def request(self, start, stop):
-        with lock:
-            in_flight[0] += 1
-            most[0] = max(most[0], in_flight[0])
-        time.sleep(0.02)
-        with lock:
-            in_flight[0] -= 1
+        counter.hold()
         return bytes(stop - start)
 
     monkeypatch.setattr(RemoteFile, "_request", request)
@@ -532,7 +528,7 @@ def test_a_process_has_at_most_max_requests_in_flight_however_many_threads_read(
 
     with ThreadPoolExecutor(16) as pool:
         assert all(len(b) == 1000 for b in pool.map(read, range(64)))
-    assert most[0] == 3
+    assert counter.most == 3
     assert opener.requests.as_tuple() == (64, 64_000)
     with pytest.raises(ValueError, match=r"max_requests'\] = 0: at least 1"):
         IOConfig.parse({"max_requests": 0})

@@ -306,9 +306,7 @@ def test_a_recipe_sets_on_error_per_dataset_and_a_wrong_value_is_named(tmp_path)
 
 
 def test_a_recipes_io_section_reaches_the_run_and_planning_reads_with_that_many_threads(tmp_path):
-    import threading
-    import time
-
+    from support.inflight import InFlight
     from train_jobs import recipe_copy
 
     from zephon.runners import planning_map
@@ -318,18 +316,9 @@ def test_a_recipes_io_section_reaches_the_run_and_planning_reads_with_that_many_
     recipe = recipe_copy(str(tmp_path), **{line: line + "\n\n[io]\nmax_requests = 3"})
     pipeline = build_pipeline(load_recipe(recipe), dp_rank=0, dp_world_size=1, seq_len=64, microbatch_size=2)
     assert pipeline.opts.io.max_requests == 3
-    busy, most, lock = [0], [0], threading.Lock()
-
-    def read(_):
-        with lock:
-            busy[0] += 1
-            most[0] = max(most[0], busy[0])
-        time.sleep(0.02)
-        with lock:
-            busy[0] -= 1
-
-    planning_map(pipeline.opts.io)(read, range(24))
-    assert most[0] == 3
+    counter = InFlight()
+    planning_map(pipeline.opts.io)(lambda _: counter.hold(), range(24))
+    assert counter.most == 3
 
 
 def test_replay_of_a_step_from_the_recipe_matches_a_two_rank_run(tmp_path, capsys):
