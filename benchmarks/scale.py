@@ -55,7 +55,8 @@ STARTUP = 3.0  # seconds every rank spends before it asks anything (imports, tok
 
 
 def model(ranks: int, files: int, lanes: int, meta: float, fixed: int, first: float, bytes_per_file: float,
-          spans_per_file: float, chunks_per_file: float, prefixes: int = 1) -> dict:  # fmt: skip
+          spans_per_file: float, chunks_per_file: float, prefixes: int = 1,
+          client: float = 0.0) -> dict:  # fmt: skip
     """Each cost of a job start and a restart, in the ranks, files and lanes.
 
     ``meta``: metadata requests per file to plan it (Parquet: its footer; JSON lines: 0);
@@ -67,8 +68,8 @@ def model(ranks: int, files: int, lanes: int, meta: float, fixed: int, first: fl
     listing = fixed + pages
     plan_requests = listing + meta * files
     store = STORE_RATE * prefixes
-    plan_alone = plan_seconds(files, meta, LATENCY, STORE_RATE, 1, prefixes)  # rank 0's
-    plan_split = plan_seconds(files, meta, LATENCY, STORE_RATE, ranks, prefixes)  # all ranks'
+    plan_alone = plan_seconds(files, meta, LATENCY, STORE_RATE, 1, prefixes, client)  # rank 0's
+    plan_split = plan_seconds(files, meta, LATENCY, STORE_RATE, ranks, prefixes, client)  # all ranks'
     plan_bytes = files * bytes_per_file + 36 * files * spans_per_file
     first_requests = ranks * first
     first_seconds = max(first * LATENCY, first_requests / store)
@@ -264,13 +265,19 @@ def store_rate(client, keys: list[str]) -> float:
 
 
 def plan_seconds(
-    files: int, meta: float, latency: float, rate: float, ranks: int = 1, prefixes: int = 1
+    files: int,
+    meta: float,
+    latency: float,
+    rate: float,
+    ranks: int = 1,
+    prefixes: int = 1,
+    client: float = 0.0,
 ) -> float:
     """The formula of a plan's time: its listing pages one after the other, then its metadata
-    reads, P in flight per process, bound by the store's rate."""
-    return math.ceil(files / LIST_PAGE) * latency + meta * files / min(
-        ranks * PROCESS_SLOTS / latency, rate * prefixes
-    )
+    reads, P in flight per process, bound by the store's rate or by the processes' own work
+    (``client`` seconds a read in one process, shared by the ``ranks``)."""
+    per_read = max(1 / min(ranks * PROCESS_SLOTS / latency, rate * prefixes), client / ranks)
+    return math.ceil(files / LIST_PAGE) * latency + meta * files * per_read
 
 
 def _io():
@@ -332,11 +339,26 @@ def fitted(store: dict) -> dict:
         "fixed": fixed,
         "first": sorted(others)[len(others) // 2] if others else 0,
         "bytes_per_file": (store["plan_size"] - 36 * store["plan_spans"]) / files,
+        # seconds of the planning process per metadata read (bound by itself, not by the store)
+        "client": (store["plan_seconds"] - math.ceil(files / LIST_PAGE) * store["latency"])
+        / max(store["plan_requests"] - store["restart_requests"], 1),
     }
 
 
 def pct(formula: float, measured: float) -> str:
     return f"{formula:,.0f} vs {measured:,.0f} ({100 * (measured - formula) / formula:+.1f}%)"
+
+
+def _bound(store: dict, client: float) -> str:
+    """Whether the measured plan was bound by the store or by the planning process's own work."""
+    store_bound = 1 / min(PROCESS_SLOTS / store["latency"], store["store_rate"])
+    if client <= 1.1 * store_bound:
+        return ": the plan is bound by the store, as the formula says"
+    return (
+        f": the plan here is bound by the planning process itself, c = {client * 1e3:.1f} ms a metadata "
+        "read (an s3fs request and a pyarrow footer parse, on 2 cores), which the model carries (c / R a "
+        "read when R ranks share the reads)"
+    )
 
 
 def _seconds(formula: float, measured: float) -> str:
@@ -391,8 +413,9 @@ def report(store: dict, million: dict) -> list[str]:
         "(io_options max_requests):",
         "",
         f"- a plan: Q = {p['fixed']} + ceil(F / 1000) + m F requests; made by rank 0 alone in "
-        "ceil(F / 1000) t + m F / min(P / t, X) seconds, with its metadata reads split over the ranks "
-        "in ceil(F / 1000) t + m F / min(R P / t, X x prefixes)",
+        "ceil(F / 1000) t + m F max(1 / min(P / t, X), c) seconds, with its metadata reads split over "
+        "the ranks in ceil(F / 1000) t + m F max(1 / min(R P / t, X x prefixes), c / R); c: a process's "
+        "own seconds a metadata read (measured below)",
         "- a job start: R Q + R k requests before this round, Q + R k with one plan",
         f"- a restart: R Q + R k before, {p['fixed']} + ceil(F / 1000) + R k now (rank 0 lists again)",
         f"- plan size: {p['bytes_per_file']:.0f} bytes a file + 36 bytes a span (a file of a line format, a "
@@ -412,7 +435,8 @@ def report(store: dict, million: dict) -> list[str]:
         f"{PROCESS_SLOTS} footer reads in flight): "
         + _seconds(
             plan_seconds(files, p["meta"], store["latency"], store["store_rate"]), store["plan_seconds"]
-        ),
+        )
+        + _bound(store, p["client"]),
         f"- plan size at {million['files']:,} files: "
         f"{pct(p['bytes_per_file'] * million['files'] + 36 * million['files'], million['plan_bytes'])} bytes",
         "",
@@ -426,8 +450,9 @@ def report(store: dict, million: dict) -> list[str]:
              (4_096, 100_000, 16_384), (16_384, 1_000_000, 65_536))  # fmt: skip
     for ranks_, files_, lanes_ in cases:
         for fmt, meta in (("Parquet", p["meta"]), ("JSON lines", 0.0)):
-            c = model(ranks_, files_, lanes_, meta, p["fixed"], first, p["bytes_per_file"], 1.0, 16.0)
-            eight = model(ranks_, files_, lanes_, meta, p["fixed"], first, p["bytes_per_file"], 1.0, 16.0, 8)
+            args = (ranks_, files_, lanes_, meta, p["fixed"], first, p["bytes_per_file"], 1.0, 16.0)
+            c = model(*args, client=p["client"])
+            eight = model(*args, 8, client=p["client"])
             lines.append(
                 f"| {ranks_:,} | {files_:,} | {fmt} | {human(c['start_requests_today'])} | "
                 f"{human(c['start_requests'])} | {human(c['restart_requests'])} | "
@@ -451,7 +476,7 @@ def plot(store: dict, path: str) -> None:
 
     def curve(key: str, files: int, meta: float, prefixes: int = 1) -> list[float]:
         return [model(r, files, max(r, 64), meta, p["fixed"], p["first"], p["bytes_per_file"], 1, 16,
-                      prefixes)[key] for r in ranks]  # fmt: skip
+                      prefixes, p["client"])[key] for r in ranks]  # fmt: skip
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for files, style in ((10_000, "-"), (1_000_000, "--")):
