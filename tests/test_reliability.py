@@ -201,6 +201,7 @@ def _seconds_to_fail_after_stopping(pipeline, iterator, workers, message) -> flo
         pipeline.close()
 
 
+@pytest.mark.slow  # waits on timeouts or servers by design: seconds
 def test_a_stopped_worker_is_reported_with_its_file_soon_after_worker_timeout(tmp_path, gpt2):
     from zephon.runners.process import STARTING
 
@@ -218,6 +219,7 @@ def test_a_stopped_worker_is_reported_with_its_file_soon_after_worker_timeout(tm
     assert seconds < 5 + 2, "timed from when the worker took the chunk, not from when the lane waited"
 
 
+@pytest.mark.slow  # waits on timeouts or servers by design: seconds
 def test_a_worker_stopped_while_starting_is_reported_soon_after_worker_timeout(tmp_path, gpt2):
     pipeline = stopped_worker_pipeline(str(tmp_path), gpt2, timeout=3)
     iterator = iter(pipeline)

@@ -190,6 +190,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # waits on timeouts or servers by design: seconds
 def test_unreachable_host_fails_within_the_retry_budget_with_a_clear_message():
     from zephon.io import IOConfig
 
@@ -216,6 +217,7 @@ def test_unreachable_https_url_fails_within_the_retry_budget():
     assert time.monotonic() - start < 5.0
 
 
+@pytest.mark.slow  # waits on timeouts or servers by design: seconds
 def test_an_s3_store_answering_503_fails_within_the_retry_budget_naming_url_and_budget(tmp_path):
     from support.fakehttp import s3_answering_503
 
@@ -380,6 +382,7 @@ def _pass(spec: dict) -> list[str]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # waits on timeouts or servers by design: seconds
 def test_second_pass_over_cached_hub_data_reads_zero_remote_bytes(hub, gpt2, tmp_path):
     spec = {
         "path": "hf://acme/bible/verses/test",

@@ -52,6 +52,7 @@ def test_a_unit_waited_for_runs_before_everything_queued(hurried):
     assert ran == ["first", *queued]
 
 
+@pytest.mark.slow  # waits on timeouts or servers by design: seconds
 def test_until_a_worker_process_is_up_units_run_in_this_process():
     executor = ProcessExecutor(SlowToStart(), 2, timeout=600.0)
     try:
@@ -68,6 +69,7 @@ def test_until_a_worker_process_is_up_units_run_in_this_process():
         executor.shutdown()
 
 
+@pytest.mark.slow  # waits on timeouts or servers by design: seconds
 def test_a_pool_slow_to_start_gets_the_work_after_the_timeout():
     executor = ProcessExecutor(SlowToStart(), 1, timeout=1.0)
     try:

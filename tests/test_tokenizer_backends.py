@@ -200,6 +200,7 @@ def _hostile_batches(path: str, gpt2: str, backend: str, runner: str = "inline",
         p.close()
 
 
+@pytest.mark.slow  # waits on timeouts or servers by design: seconds
 def test_hostile_records_make_the_same_batches_with_either_backend(
     fresh_tokenizers, gpt2, tmp_path, monkeypatch
 ):

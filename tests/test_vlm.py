@@ -143,6 +143,7 @@ def test_a_cut_off_tar_skipping_bad_records_delivers_its_whole_samples_and_count
         drain(pipeline(Dataset.from_path("cut", str(path)), "webdataset", gpt2, lanes=1), 50)
 
 
+@pytest.mark.slow  # waits on timeouts or servers by design: seconds
 def test_image_layouts_on_s3_read_the_same_samples(s3, layouts, samples):
     import boto3
 
@@ -409,6 +410,7 @@ def _make(root: str, layout: str, gpt2: str, recipe: tuple, runner: str, paralle
     return make
 
 
+@pytest.mark.slow  # waits on timeouts or servers by design: seconds
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_image_recipe_topology_runner_and_resume_schedule_gives_the_uninterrupted_steps(
