@@ -32,6 +32,7 @@ from zephon.fingerprint import diff
 from zephon.torchtitan import metrics
 from zephon.torchtitan.checks import check_batch_geometry
 from zephon.torchtitan.digests import StepDigestWriter
+from zephon.torchtitan.jobfile import OVERRIDE_SECTIONS, by_section
 from zephon.torchtitan.planning import plan_path, shared_plan
 from zephon.torchtitan.recipe import build_pipeline, load_recipe
 from zephon.torchtitan.skips import SkipPlan, range_text
@@ -219,16 +220,12 @@ class ZephonDataLoader(BaseDataLoader):
         self.skips.load(saved_skips, data_steps - (saved_skips or {}).get("data_steps", 0))
 
 
-PACKING_OVERRIDES = ("document_mask", "max_documents_per_row", "balance_attention")
+PACKING_OVERRIDES = OVERRIDE_SECTIONS["packing"]
 
 
 def recipe_overrides(config: ZephonDataLoader.Config) -> dict[str, dict]:
     """What the loader's config overrides in its recipe (None: the recipe's value)."""
-    return {
-        "recipe": {k: getattr(config, k) for k in ("num_lanes", "seed", "runner", "prefetch")},
-        "tokenizer": {"parallelism": config.parallelism},
-        "packing": {k: getattr(config, k) for k in PACKING_OVERRIDES},
-    }
+    return by_section(lambda key: getattr(config, key))
 
 
 def _lane_key(lane: str | int) -> str:

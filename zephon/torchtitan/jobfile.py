@@ -25,11 +25,13 @@ from typing import Any
 
 from zephon.torchtitan.recipe import read_toml
 
-# [data] keys that override the recipe's values
-OVERRIDES = (
-    "num_lanes", "seed", "runner", "parallelism", "prefetch",
-    "document_mask", "max_documents_per_row", "balance_attention",
-)  # fmt: skip
+# [data] keys that override the recipe's values, by the recipe section each overrides
+OVERRIDE_SECTIONS = {
+    "recipe": ("num_lanes", "seed", "runner", "prefetch"),
+    "tokenizer": ("parallelism",),
+    "packing": ("document_mask", "max_documents_per_row", "balance_attention"),
+}
+OVERRIDES = tuple(key for keys in OVERRIDE_SECTIONS.values() for key in keys)
 DATA_KEYS = {"recipe", "digests", "loader", "dataset_path", "skip_steps", *OVERRIDES}
 LOADERS = ("zephon", "torchtitan")  # torchtitan: its own text loader, for comparisons
 # [data] keys that are ZephonDataLoader.Config fields: the same name under --dataloader.
@@ -69,6 +71,12 @@ def pop_option(args: list[str], name: str) -> tuple[str | None, list[str]]:
             rest.append(args[i])
             i += 1
     return value, rest
+
+
+def by_section(value: Callable[[str], Any]) -> dict[str, dict[str, Any]]:
+    """load_recipe's overrides: ``value(key)`` of each override key (None: the recipe's own value),
+    under the recipe section it overrides."""
+    return {section: {key: value(key) for key in keys} for section, keys in OVERRIDE_SECTIONS.items()}
 
 
 def one_name_per_setting(args: list[str], boolean: Callable[[str], str | None] = lambda _: None) -> list[str]:

@@ -25,6 +25,7 @@ from zephon.torchtitan.jobfile import (
     BOOLEANS,
     CALLER,
     OVERRIDES,
+    by_section,
     caller_path,
     cli_value,
     from_caller,
@@ -109,11 +110,7 @@ def _loader_overrides(data: dict, args: list[str]) -> dict:
         elif value is not None and key != "runner":
             value = _int(value, where)
         values[key] = value
-    return {
-        "recipe": {k: values[k] for k in ("num_lanes", "seed", "runner", "prefetch")},
-        "tokenizer": {"parallelism": values["parallelism"]},
-        "packing": {k: values[k] for k in ("document_mask", "max_documents_per_row", "balance_attention")},
-    }
+    return by_section(values.get)
 
 
 def _section(name: str, keys: tuple[str, ...], job: dict, args: list[str], facts: dict) -> SimpleNamespace:
