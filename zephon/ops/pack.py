@@ -33,7 +33,7 @@ from collections.abc import Callable
 import numpy as np
 
 from zephon.ops.base import Operator
-from zephon.ops.containers import PAD_SOURCE, Patches, RowPatches, Rows
+from zephon.ops.containers import Patches, RowPatches, Rows
 from zephon.work.mixture import Mixer, Piece
 
 ALGORITHMS = ("wrap", "best_fit")
@@ -233,45 +233,41 @@ def build_rows(bins: list[list[Piece]], lengths: list[int], row_len: int, pad_id
     """Rows of the pieces of ``bins`` laid end to end, ``lengths[r]`` tokens in row ``r``, the
     rest padding; with ``order``, row ``i`` of the result is row ``order[i]``. Each piece is one
     slice of its chunk's tokens and of their places in their documents (``Docs.token_positions``),
-    all joined in one copy, in the order the rows go out."""
+    all joined in one copy, in the order the rows go out; positions restart where a piece
+    continues a cut document (its first place there is not 0)."""
     n = len(bins)
     if not any(bins):
         return Rows.padding(0, row_len, pad_id)
-    if any(p.docs.patches is not None for b in bins for p in b):
+    rows = range(n) if order is None else order.tolist()
+    pieces = [p for r in rows for p in bins[r]]
+    if any(p.docs.patches is not None for p in pieces):
         out = _build_image_rows([p for b in bins for p in b], lengths, row_len, pad_id)
         return out if order is None else out.take(order)
-    rows = range(n) if order is None else order.tolist()
-    tokens, positions, datasets, sizes = [], [], [], []
-    cuts, padding, at = [], [], 0  # cuts: (where, tokens, shift) of pieces that continue a document
-    for r in rows:
-        for p in bins[r]:
-            start, stop, docs = p.start, p.stop, p.docs
-            tokens.append(docs.tokens[start:stop])
-            positions.append(docs.token_positions()[start:stop])
-            datasets.append(p.dataset)
-            sizes.append(stop - start)
-            first = docs.offsets[p.doc]
-            if start > first:
-                cuts.append((at, min(stop, docs.offsets[p.doc + 1]) - start, start - first))
-            at += stop - start
-        short = row_len - lengths[r]
-        if short:
-            tokens.append(np.full(short, pad_id, np.int32))
-            positions.append(np.zeros(short, np.int32))
-            datasets.append(PAD_SOURCE)
-            sizes.append(short)
-            padding.append((at, short))
-            at += short
-    flat_positions = np.concatenate(positions)
-    starts = flat_positions == 0  # document starts (a cut piece does not start at 0, yet)
-    for a, k in padding:
-        starts[a : a + k] = False
-    for a, k, shift in cuts:  # positions restart where a document was cut
-        flat_positions[a : a + k] -= shift
-    sources = np.repeat(np.array(datasets, np.int16), sizes)
-    shape = (n, row_len)
-    return Rows(np.concatenate(tokens).reshape(shape), flat_positions.reshape(shape), sources.reshape(shape),
-                starts.reshape(shape))  # fmt: skip
+    count = len(pieces)
+    tokens = np.concatenate([p.docs.tokens[p.start : p.stop] for p in pieces])
+    positions = np.concatenate([p.docs.token_positions()[p.start : p.stop] for p in pieces])
+    sizes = np.fromiter((p.stop - p.start for p in pieces), np.int64, count)
+    sources = np.repeat(np.fromiter((p.dataset for p in pieces), np.int16, count), sizes)
+    at = np.zeros(count, np.int64)  # where each piece begins, padding left out
+    np.cumsum(sizes[:-1], out=at[1:])
+    starts = positions == 0  # document starts (a cut piece does not start at 0, yet)
+    for i in np.flatnonzero(positions[at]).tolist():  # pieces that continue a cut document
+        p, a = pieces[i], int(at[i])
+        shift = positions[a]
+        positions[a : a + min(p.stop, int(p.docs.offsets[p.doc + 1])) - p.start] -= shift
+    filled = np.array([lengths[r] for r in rows], np.int64)
+    if (filled == row_len).all():
+        shape = (n, row_len)
+        return Rows(tokens.reshape(shape), positions.reshape(shape), sources.reshape(shape),
+                    starts.reshape(shape))  # fmt: skip
+    out = Rows.padding(n, row_len, pad_id)  # rows that end in padding: each row's tokens first
+    first = np.zeros(n, np.int64)
+    np.cumsum(filled[:-1], out=first[1:])
+    shift = np.arange(n, dtype=np.int64) * row_len - first  # from a row's place in the tokens to its own
+    place = np.arange(len(tokens), dtype=np.int64) + np.repeat(shift, filled)
+    for name, values in zip(Rows.FIELDS, (tokens, positions, sources, starts), strict=True):
+        getattr(out, name).reshape(-1)[place] = values
+    return out
 
 
 def _build_image_rows(pieces: list[Piece], lengths: list[int], row_len: int, pad_id: int) -> Rows:
