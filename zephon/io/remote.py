@@ -466,7 +466,11 @@ class RemoteFile:
 
 
 class CountedFile:
-    """A local file whose read calls are counted as requests (a shared filesystem pays each)."""
+    """A local file whose read calls are counted as requests (a shared filesystem pays each).
+    ``tail``: the first read past a chunk to finish its last line; here a read costs its bytes
+    (a store's costs its request: ``RemoteFile`` reads further at once)."""
+
+    tail = 4 << 10
 
     def __init__(self, raw, requests: Requests):
         self.raw, self.requests = raw, requests

@@ -17,7 +17,7 @@ import numpy as np
 from zephon.io.chunks import Group, Shard
 from zephon.io.formats.base import BadRecord, ChunkRead, DataError, Format, Records, content_digest
 
-_TAIL = 64 << 10  # read-ahead to finish a chunk's last line
+_TAIL = 64 << 10  # read-ahead to finish a chunk's last line, where the file does not say (``tail``)
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())
 _JSON_SPACE = " \t\r"  # what json.loads allows around a value (and the \n we split on)
 _BLANK = " \t\n\r\x0b\x0c"  # what bytes.strip() removes: a line of these is no record
@@ -182,7 +182,7 @@ def _owned_lines(f, start: int, stop: int) -> tuple[int, bytes]:
         if newline < 0 or newline == len(head) - 1:
             return stop, b""  # no line starts inside the range
         first, data = start + newline, head[newline + 1 :]
-    parts, step = [data], _TAIL
+    parts, step = [data], getattr(f, "tail", _TAIL)
     while data and not parts[-1].endswith(b"\n"):  # the last line starts inside: read it to its end
         more = f.read(step)
         step = min(2 * step, 64 << 20)  # few requests for a long line, and no quadratic copies
