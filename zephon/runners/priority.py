@@ -1,10 +1,14 @@
-"""Most urgent work first: a gate in front of a pool that hands it a few units at a time.
+"""Most urgent work first: a queue of units ordered by ``priority``, and the executors around it.
 
-Units wait in a heap ordered by ``priority`` (then submission order); a feeder thread hands the
-pool the most urgent one whenever fewer than ``limit`` are in the pool. A lane's chunks are
+Units wait in a heap ordered by ``priority`` (then submission order). A lane's chunks are
 submitted with the window they are needed for, so the consumer's next batches are made first:
 the first batch of a run waits for one lane's window, not for every lane's. A unit that is
 waited for while it still queues (read ahead for later, needed now) moves to the front.
+
+Two ways to drain it: worker threads that take the most urgent unit themselves
+(:class:`WorkerThreads`, the thread runner: one hand-over per unit, from the lane to a worker),
+and a feeder thread that hands a pool the most urgent unit whenever fewer than ``limit`` are in
+it (:class:`PriorityGate`, the process runner, whose pool has its own queue).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -21,18 +27,18 @@ from zephon.runners.base import Executor
 _NOW = (-1,)  # before any priority a lane gives (windows count from 0)
 
 
-class PriorityGate(Executor):
-    def __init__(self, pool_submit: Callable[[Any], Future], limit: int, on_shutdown: Callable[[], None]):
-        self.pool_submit, self.limit, self.on_shutdown = pool_submit, max(1, limit), on_shutdown
+class UrgentQueue:
+    """Units by priority, each with the future of its result. ``ready`` guards it (and whatever
+    its takers wait on besides: room in a pool)."""
+
+    def __init__(self):
         self.heap: list = []  # [priority, order, unit, future]; unit None: moved to the front
         self.entries: dict[Future, list] = {}  # the queued units' heap entries
         self.order = itertools.count()
-        self.in_pool, self.closed = 0, False
+        self.closed = False
         self.ready = threading.Condition()
-        self.feeder = threading.Thread(target=self._feed, name="zephon-feeder", daemon=True)
-        self.feeder.start()
 
-    def submit(self, unit: Any, priority: tuple = ()) -> Future:
+    def put(self, unit: Any, priority: tuple) -> Future:
         future: Future = Future()
         with self.ready:
             if self.closed:
@@ -48,26 +54,128 @@ class PriorityGate(Executor):
         with self.ready:
             entry = self.entries.get(future)
             if entry is None or entry[0] == _NOW:
-                return  # in the pool already, done, or hurried
+                return  # taken already, done, or hurried
             moved = [_NOW, next(self.order), entry[2], future]
             entry[2] = None  # the old entry stays in the heap, empty, until it comes up
             heapq.heappush(self.heap, moved)
             self.entries[future] = moved
             self.ready.notify()
 
-    def _feed(self) -> None:
-        while True:
-            with self.ready:
-                while not self.closed and (not self.heap or self.in_pool >= self.limit):
+    def take(self, room: Callable[[], bool] = lambda: True) -> tuple[Any, Future] | None:
+        """The most urgent unit and its future, set running, once there is one and ``room()``
+        (called under ``ready``); None once closed."""
+        with self.ready:
+            while True:
+                while not self.closed and (not self.heap or not room()):
                     self.ready.wait()
                 if self.closed:
-                    return
+                    return None
                 _, _, unit, future = heapq.heappop(self.heap)
                 if unit is None:
                     continue  # moved to the front earlier
                 del self.entries[future]
-                if not future.set_running_or_notify_cancel():
-                    continue  # cancelled while it waited
+                if future.set_running_or_notify_cancel():
+                    return unit, future
+                # cancelled while it waited: the next one
+
+    def close(self) -> None:
+        """Take no more units; those still queued are cancelled; takers get None."""
+        with self.ready:
+            self.closed = True
+            waiting, self.heap = self.heap, []
+            self.entries.clear()
+            self.ready.notify_all()
+        for *_, future in waiting:
+            future.cancel()
+
+
+class WorkerThreads(Executor):
+    """``parallelism`` threads, each taking the most urgent unit from the queue, running the work
+    on it and setting its future: no pool and no feeder in between, so a unit passes from the
+    lane to a worker once. ``stuck`` answers from when a worker took the unit."""
+
+    def __init__(self, work: Callable[[Any], Any], parallelism: int, name: str = "zephon-work"):
+        self.work, self.queue = work, UrgentQueue()
+        self.since: dict[int, tuple[float, Any]] = {}  # worker -> (when it took its unit, the unit)
+        self.threads = [
+            threading.Thread(target=self._serve, args=(k,), name=f"{name}-{k}", daemon=True)
+            for k in range(max(1, parallelism))
+        ]
+        _LIVE.add(self)
+        for thread in self.threads:
+            thread.start()
+
+    def submit(self, unit: Any, priority: tuple = ()) -> Future:
+        return self.queue.put(unit, priority)
+
+    def hurry(self, future: Future) -> None:
+        self.queue.hurry(future)
+
+    def _serve(self, k: int) -> None:
+        while (taken := self.queue.take()) is not None:
+            unit, future = taken
+            self.since[k] = (time.monotonic(), unit)
+            try:
+                result = self.work(unit)
+            except BaseException as e:  # delivered with the unit, as a pool would
+                future.set_exception(e)
+            else:
+                future.set_result(result)
+            finally:
+                del self.since[k]
+            del unit, future, taken  # hold nothing of a unit between units
+
+    def stuck(self, timeout: float) -> Any | None:
+        held = min(list(self.since.values()), key=lambda h: h[0], default=None)
+        return held[1] if held is not None and time.monotonic() - held[0] > timeout else None
+
+    def shutdown(self) -> None:
+        """Queued units are cancelled; a unit at work finishes, then its worker ends. Never waits."""
+        self.queue.close()
+
+
+# The worker threads are daemons, so that a process whose runs were never closed still exits;
+# before the interpreter goes on to end, the queues are closed and the workers joined (each
+# ends its unit at work: stopping one inside a tokenizer's native code can abort the process).
+_LIVE: weakref.WeakSet[WorkerThreads] = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    for executor in list(_LIVE):
+        executor.shutdown()
+    for executor in list(_LIVE):
+        for thread in executor.threads:
+            thread.join(timeout=5.0)
+
+
+threading._register_atexit(_close_all)  # the hook concurrent.futures' own pools end by
+
+
+class PriorityGate(Executor):
+    """Hands ``pool_submit`` the most urgent unit whenever fewer than ``limit`` are in the pool,
+    from a feeder thread; the pool's future's outcome becomes the unit's."""
+
+    def __init__(self, pool_submit: Callable[[Any], Future], limit: int, on_shutdown: Callable[[], None]):
+        self.pool_submit, self.limit, self.on_shutdown = pool_submit, max(1, limit), on_shutdown
+        self.queue = UrgentQueue()
+        self.ready = self.queue.ready  # guards in_pool and limit too
+        self.in_pool = 0
+        self.feeder = threading.Thread(target=self._feed, name="zephon-feeder", daemon=True)
+        self.feeder.start()
+
+    def submit(self, unit: Any, priority: tuple = ()) -> Future:
+        return self.queue.put(unit, priority)
+
+    def hurry(self, future: Future) -> None:
+        self.queue.hurry(future)
+
+    def _room(self) -> bool:
+        return self.in_pool < self.limit
+
+    def _feed(self) -> None:
+        while (taken := self.queue.take(self._room)) is not None:
+            unit, future = taken
+            with self.ready:
                 self.in_pool += 1
             try:
                 inner = self.pool_submit(unit)
@@ -75,6 +183,7 @@ class PriorityGate(Executor):
                 self._finish(None, future, e)
                 continue
             inner.add_done_callback(lambda done, out=future: self._finish(done, out))
+            del unit, future, taken
 
     def _finish(self, done: Future | None, out: Future, error: BaseException | None = None) -> None:
         with self.ready:
@@ -90,11 +199,5 @@ class PriorityGate(Executor):
             out.set_exception(error)
 
     def shutdown(self) -> None:
-        with self.ready:
-            self.closed = True
-            waiting, self.heap = self.heap, []
-            self.entries.clear()
-            self.ready.notify_all()
-        for *_, future in waiting:
-            future.cancel()
+        self.queue.close()
         self.on_shutdown()

@@ -1,4 +1,4 @@
-"""The thread runner: a thread pool, most urgent work first. Tokenizers and Arrow release the GIL.
+"""The thread runner: worker threads, most urgent work first. Tokenizers and Arrow release the GIL.
 
 Its workers are the parallelism: each encodes its own chunk, so Hugging Face ``tokenizers`` is
 told not to spread one call over its own thread pool as well (``TOKENIZERS_PARALLELISM=false``,
@@ -14,23 +14,14 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from zephon.runners.base import Executor, Held, InlineExecutor, Runner
-from zephon.runners.priority import PriorityGate
+from zephon.runners.base import Executor, InlineExecutor, Runner
+from zephon.runners.priority import WorkerThreads
 
 
-class ThreadExecutor(PriorityGate):
+class ThreadExecutor(WorkerThreads):
     def __init__(self, work, parallelism: int):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        pool = ThreadPoolExecutor(parallelism, thread_name_prefix="zephon-work")
-        self.held = Held()
-        super().__init__(
-            lambda unit: self.held.track(unit, pool.submit(work, unit)),
-            parallelism,
-            lambda: pool.shutdown(wait=False, cancel_futures=True),
-        )
-
-    def stuck(self, timeout: float):
-        return self.held.longest(timeout)
+        super().__init__(work, parallelism)
 
 
 class ThreadRunner(Runner):
