@@ -95,6 +95,58 @@ def test_thread_workers_keep_hugging_face_tokenizers_to_one_thread_each(monkeypa
     assert os.environ["TOKENIZERS_PARALLELISM"] == (preset or "false"), "the user's own setting stands"
 
 
+def test_thread_workers_report_the_unit_held_longest_and_shutdown_cancels_the_queue_without_waiting():
+    started, gate = threading.Event(), threading.Event()
+
+    def work(unit):
+        if unit == "slow":
+            started.set()
+            gate.wait(30)
+        return unit
+
+    executor = ThreadExecutor(work, 1)
+    try:
+        slow = executor.submit("slow")
+        assert started.wait(10)
+        queued = [executor.submit(f"q{k}") for k in range(3)]
+        time.sleep(0.2)
+        assert executor.stuck(0.1) == "slow", "held past the timeout: named"
+        assert executor.stuck(60) is None, "not yet past this one"
+        begun = time.monotonic()
+        executor.shutdown()
+        assert time.monotonic() - begun < 0.5, "shutdown does not wait for the unit at work"
+        assert all(f.cancelled() for f in queued), "queued units are cancelled"
+        assert executor.submit("late").cancelled(), "a closed executor takes nothing"
+    finally:
+        gate.set()
+    assert slow.result(10) == "slow", "the unit at work still ends with its result"
+    for thread in executor.threads:
+        thread.join(10)
+        assert not thread.is_alive()
+
+
+def test_a_process_that_never_closes_its_thread_workers_still_exits_after_their_units_end():
+    script = (
+        "import threading, time\n"
+        "from zephon.runners.thread import ThreadExecutor\n"
+        "at_work = threading.Semaphore(0)\n"
+        "def work(unit):\n"
+        "    at_work.release()\n"
+        "    time.sleep(0.5)\n"
+        "    print('done', unit, flush=True)\n"
+        "executor = ThreadExecutor(work, 2)\n"
+        "futures = [executor.submit(k) for k in range(50)]\n"
+        "at_work.acquire(); at_work.acquire()\n"
+        "print('leaving', flush=True)\n"
+    )
+    begun = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "leaving" and sorted(lines[1:]) == ["done 0", "done 1"], lines
+    assert time.monotonic() - begun < 30, "the queued units were not run at exit"
+
+
 def test_large_results_come_back_through_shared_memory_and_leave_nothing_there(tmp_path):
     executor = ProcessExecutor(counting_to, 2, timeout=600.0, shared_memory=str(tmp_path))
     try:
