@@ -157,9 +157,7 @@ def test_an_error_whose_class_takes_other_arguments_keeps_its_type_message_and_r
 
 
 def test_an_error_that_cannot_be_unpickled_comes_back_from_a_worker_process_as_itself():
-    from concurrent.futures.process import _RemoteTraceback
-
-    from zephon.runners.process import ProcessExecutor
+    from zephon.runners.process import ProcessExecutor, WorkerTraceback
 
     executor = ProcessExecutor(raises_two_argument_error, 1, timeout=600.0)
     try:
@@ -170,7 +168,8 @@ def test_an_error_that_cannot_be_unpickled_comes_back_from_a_worker_process_as_i
         again = executor.submit({"id": 4}).exception(60)
     finally:
         executor.shutdown()
-    assert isinstance(error.__cause__, _RemoteTraceback), "it was raised in a worker process"
+    assert isinstance(error.__cause__, WorkerTraceback), "it was raised in a worker process"
+    assert "raises_two_argument_error" in str(error.__cause__), "its traceback there comes along"
     assert isinstance(error, TwoArgumentError) and str(error) == "bad record at 3"
     assert isinstance(again, TwoArgumentError) and str(again) == "bad record at 4", "the pool lives on"
 
@@ -293,7 +292,9 @@ def test_a_worker_killed_while_handing_results_over_leaves_nothing_in_shared_mem
     died = r"error: RuntimeError lane \d: a worker died while on dataset 'd', \S*d\.jsonl, bytes \["
     assert re.search(died, out), out
     if kill == "writing":
-        assert "left: 1" in out, "the half-written result is there until the pipeline ends"
+        # each worker kills itself half way through its first write: one file, or two where the two
+        # wrote at once (they start together); either way there until the pipeline ends
+        assert re.search(r"left: [12]\n", out), "the half-written result is there until the pipeline ends"
     if end == "close":
         assert "after close: []" in out
     assert shm_files(pid) == []

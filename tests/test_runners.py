@@ -127,13 +127,14 @@ def test_thread_workers_report_the_unit_held_longest_and_shutdown_cancels_the_qu
 
 def test_a_process_that_never_closes_its_thread_workers_still_exits_after_their_units_end():
     script = (
-        "import threading, time\n"
+        "import sys, threading, time\n"
         "from zephon.runners.thread import ThreadExecutor\n"
         "at_work = threading.Semaphore(0)\n"
         "def work(unit):\n"
         "    at_work.release()\n"
         "    time.sleep(0.5)\n"
-        "    print('done', unit, flush=True)\n"
+        "    sys.stdout.write(f'done {unit}\\n')  # one write: the two workers' lines stay whole\n"
+        "    sys.stdout.flush()\n"
         "executor = ThreadExecutor(work, 2)\n"
         "futures = [executor.submit(k) for k in range(50)]\n"
         "at_work.acquire(); at_work.acquire()\n"

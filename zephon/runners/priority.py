@@ -70,13 +70,22 @@ class UrgentQueue:
                     self.ready.wait()
                 if self.closed:
                     return None
-                _, _, unit, future = heapq.heappop(self.heap)
-                if unit is None:
-                    continue  # moved to the front earlier
-                del self.entries[future]
-                if future.set_running_or_notify_cancel():
-                    return unit, future
-                # cancelled while it waited: the next one
+                taken = self.pop()
+                if taken is not None:
+                    return taken
+
+    def pop(self) -> tuple[Any, Future] | None:
+        """The most urgent unit and its future, set running, or None if none waits; the caller
+        holds ``ready``."""
+        while self.heap:
+            _, _, unit, future = heapq.heappop(self.heap)
+            if unit is None:
+                continue  # moved to the front earlier
+            del self.entries[future]
+            if future.set_running_or_notify_cancel():
+                return unit, future
+            # cancelled while it waited: the next one
+        return None
 
     def close(self) -> None:
         """Take no more units; those still queued are cancelled; takers get None."""

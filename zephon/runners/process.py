@@ -1,4 +1,4 @@
-"""The process runner: a process pool per operator, for work that holds the GIL.
+"""The process runner: worker processes per operator, for work that holds the GIL.
 
 Each worker process receives the work function once, when it starts (not once per unit), so
 heavy state such as a tokenizer is loaded once per worker. Workers are started with
@@ -8,11 +8,12 @@ Workers end when the process that made the pool ends, however it ends (a watcher
 worker waits on it), so a killed training process leaves no worker behind; the fork server goes
 with its last worker. An error a worker raises reaches the caller as an error of its type and
 message even when pickle alone cannot rebuild it (else as a RuntimeError carrying its text).
-Large results come back through shared memory (``zephon.runners.handover``), not the pool's pipe.
+Large results come back through shared memory (``zephon.runners.handover``), not the pipe.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import os
@@ -22,14 +23,17 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import BrokenExecutor, Future
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
+from typing import Any
 
 from zephon.runners import handover
-from zephon.runners.base import Executor, Held, InlineExecutor, Runner
+from zephon.runners.base import Executor, InlineExecutor, Runner
 from zephon.runners.mainguard import check_main_is_guarded
-from zephon.runners.priority import PriorityGate
+from zephon.runners.priority import UrgentQueue
 
 STARTING = "the start of the worker processes (each loads the work: its tokenizer)"
 _WORK = None  # the work function of this worker process
@@ -64,15 +68,6 @@ def _end_with(owner: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="zephon-owner-watch", daemon=True).start()
-
-
-def _run(unit):
-    try:
-        result = _WORK(unit)
-    except BaseException as e:
-        _fit_to_travel(e)
-        raise
-    return handover.ship(result, _SHIP)
 
 
 def _fit_to_travel(error: BaseException) -> None:
@@ -136,87 +131,293 @@ def _context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-def _up() -> None:
-    """A worker's first task: it returns once the worker has started and loaded what the work
-    needs (its tokenizer, fast backend included)."""
-    prepare = getattr(_WORK, "prepare", None)
-    if prepare is not None:
-        prepare()
+def _serve(conn, payload: bytes, owner: int, ship: str | None) -> None:
+    """A worker process: load the work, say so, then run each unit that comes down ``conn`` and
+    send back ``("ok", result)`` or ``("error", exception)``, in order, until told to stop."""
+    _install(payload, owner, ship)
+    try:
+        prepare = getattr(_WORK, "prepare", None)
+        if prepare is not None:
+            prepare()  # its tokenizer, fast backend included
+    except Exception:  # the units will say what is wrong, each with its own error
+        pass
+    conn.send(("up", None))
+    while True:
+        try:
+            unit = conn.recv()
+        except (EOFError, OSError):  # the owner went
+            return
+        if unit is None:
+            return
+        try:
+            answer = ("ok", handover.ship(_WORK(unit), _SHIP))
+        except BaseException as e:
+            _fit_to_travel(e)
+            answer = ("error", (e, "".join(traceback.format_exception(type(e), e, e.__traceback__))))
+        try:
+            conn.send(answer)
+        except Exception as e:  # a result that cannot travel: say so, as its unit's error
+            conn.send(("error", (RuntimeError(f"a worker's result could not be sent back: {e!r}"), "")))
 
 
-class ProcessExecutor(PriorityGate):
-    """A process pool fed two units per worker at a time (to hide the hand-over), most urgent first.
+class WorkerTraceback(Exception):
+    """Where in a worker process an error was raised: its traceback there, as text (the cause
+    of the error as it reaches the owner, so that a traceback shows both sides)."""
+
+    def __str__(self) -> str:
+        return "\n" + str(self.args[0]) if self.args else ""
+
+
+class _Worker:
+    """One worker process as its owner sees it: its pipe, the units sent down it in order (each
+    ``(future, unit)``), and since when its first one has been at work."""
+
+    def __init__(self, process, conn):
+        self.process, self.conn = process, conn
+        self.sent: deque[tuple[Future, Any]] = deque()
+        self.since = 0.0
+
+
+class ProcessExecutor(Executor):
+    """Worker processes, each sent up to ``PER_WORKER`` units at a time (to hide the hand-over),
+    most urgent first, through a pipe of its own.
+
+    Units go down a worker's pipe from whichever thread finds it room: the one that submits, or
+    this executor's one thread here, which reads every result as it comes back (a shipped one
+    from shared memory) and sends that worker its next unit. No feeder, no pool manager: a unit
+    crosses one thread of this process each way.
 
     Until its first worker is up (a worker starts an interpreter, imports, loads the tokenizer
     and its fast backend: about a second on a busy machine), the units run one at a time on a
     thread of this process, which holds the work already, most urgent first, so the first
-    batches do not wait for the pool; the rest wait in the queue, not in the pool. The work is
-    stateless: where a unit runs does not change its result, nor its error. A pool not up after
-    ``timeout`` seconds gets the work anyway, and the watchdog of stuck workers reports it.
+    batches do not wait for the workers; the rest wait in the queue. The work is stateless:
+    where a unit runs does not change its result, nor its error. Workers not up after
+    ``timeout`` seconds get the work anyway, and the watchdog of stuck workers reports their
+    start. A worker that dies breaks the executor: every unit sent or queued fails with
+    BrokenProcessPool, the other workers are ended, and it takes no more work.
     ``shared_memory``: the folder in memory through which large results come back (None: all
-    through the pool's pipe).
+    through the pipe).
     """
+
+    PER_WORKER = 2
 
     def __init__(self, work, parallelism: int, timeout: float, shared_memory: str | None = handover.SHM):
         check_main_is_guarded()
-        ship = handover.prefix(shared_memory) if shared_memory else None
-        pool = ProcessPoolExecutor(
-            parallelism,
-            mp_context=_context(),
-            initializer=_install,
-            initargs=(check_picklable(work), os.getpid(), ship),
-        )
-        here = ThreadPoolExecutor(1, thread_name_prefix="zephon-work-start")
-        self.pool_up, started, limit = False, time.monotonic(), 2 * parallelism
-        self.broken = False  # a worker died: the pool ends the others and takes no more work
+        self.work, self.timeout, self.parallelism = work, timeout, max(1, parallelism)
+        self.payload = check_picklable(work)
+        self.ship = handover.prefix(shared_memory) if shared_memory else None
+        self.queue = UrgentQueue()
+        self.ready = self.queue.ready  # guards the workers' state too
+        self.workers: list[_Worker] = []
+        self.pool_up, self.broken, self.created = False, None, time.monotonic()
+        self.here: tuple[float, Any] | None = None  # the unit at work on the start thread, since when
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
+        self.receiver = threading.Thread(target=self._receive, name="zephon-results", daemon=True)
+        self.receiver.start()
+        threading.Thread(target=self._start_here, name="zephon-work-start", daemon=True).start()
 
-        def submit(unit) -> Future:
-            if not self.pool_up and time.monotonic() - started > timeout:  # stuck starting
-                self._open(limit)  # the pool's watchdog then says so
-            if not self.pool_up:
-                return self.held.track(unit, here.submit(work, unit))
-            future = pool.submit(_run, unit)
-            future.add_done_callback(self._note_broken)
-            return self.held.track(unit, future)
+    # -- submitting ---------------------------------------------------------------------------
 
-        def shutdown() -> None:
-            here.shutdown(wait=False, cancel_futures=True)
-            pool.shutdown(wait=False, cancel_futures=True)
+    def submit(self, unit: Any, priority: tuple = ()) -> Future:
+        if self.broken is not None:
+            future: Future = Future()
+            future.set_exception(self.broken)
+            return future
+        future = self.queue.put(unit, priority)
+        with self.ready:
+            self._send()
+        return future
 
-        self.pool, self.ship, self.held = pool, ship, Held()
-        super().__init__(submit, 1, shutdown)  # one at a time here until the pool is up
-        starting = self.held.track(STARTING, pool.submit(_up))  # the watchdog times the start too
-        starting.add_done_callback(lambda _: self._open(limit))  # failed: up too
+    def hurry(self, future: Future) -> None:
+        self.queue.hurry(future)
 
-    def _note_broken(self, future: Future) -> None:
-        if not future.cancelled() and isinstance(future.exception(), BrokenProcessPool):
-            self.broken = True
+    def _open(self) -> bool:
+        """Whether the workers take units: one is up, or they are late (then the watchdog says so)."""
+        return self.pool_up or time.monotonic() - self.created > self.timeout
 
-    def shutdown(self) -> None:
-        super().shutdown()
-        if self.broken and self.ship is not None:
-            # the other workers are being ended (SIGTERM) and nothing is read any more: once they
-            # are joined (at once), the half-written result of the dead one goes now, not later
-            self.pool.shutdown(wait=True)
+    def _send(self) -> None:
+        """Down every worker's pipe that has room, the most urgent units; holding ``ready``."""
+        if self.broken is not None or self.queue.closed or not self.workers or not self._open():
+            return
+        now = time.monotonic()
+        for worker in sorted(self.workers, key=lambda w: len(w.sent)):
+            while len(worker.sent) < self.PER_WORKER:
+                taken = self.queue.pop()
+                if taken is None:
+                    return
+                unit, future = taken
+                if not worker.sent:
+                    worker.since = now
+                worker.sent.append((future, unit))
+                try:
+                    worker.conn.send(unit)
+                except (OSError, ValueError):  # the worker is gone: its pipe's end tells the receiver
+                    return
+
+    def _start_here(self) -> None:
+        """Until a worker is up, run the most urgent unit here, one at a time."""
+        while True:
+            with self.ready:
+                while not (self.queue.closed or self.pool_up or self.broken) and not self.queue.heap:
+                    self.ready.wait()
+                if self.queue.closed or self.pool_up or self.broken:
+                    return
+                taken = self.queue.pop()
+                if taken is None:
+                    continue
+                unit, future = taken
+                self.here = (time.monotonic(), unit)
+            try:
+                result = self.work(unit)
+            except BaseException as e:  # delivered with the unit, as a worker's error
+                future.set_exception(e)
+            else:
+                future.set_result(result)
+            finally:
+                self.here = None
+            del unit, future, taken
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    def _receive(self) -> None:
+        try:
+            self._start_workers()
+            while self._receive_some():
+                pass
+        except BaseException as e:  # not expected: the executor cannot go on, and says why
+            self._break(
+                e if isinstance(e, BrokenExecutor) else BrokenProcessPool(f"the worker pool failed: {e!r}")
+            )
+        finally:
+            self._end_workers()
+
+    def _start_workers(self) -> None:
+        context = _context()
+        for k in range(self.parallelism):
+            if self.queue.closed:
+                return
+            ours, theirs = context.Pipe()
+            process = context.Process(
+                target=_serve, args=(theirs, self.payload, os.getpid(), self.ship), daemon=True,
+                name=f"zephon-worker-{k}",
+            )  # fmt: skip
+            process.start()
+            theirs.close()
+            with self.ready:
+                self.workers.append(_Worker(process, ours))
+                self._send()  # late starters get the work at once
+
+    def _receive_some(self) -> bool:
+        """Read what the workers sent back; False once there is nothing more to wait for."""
+        with self.ready:
+            if self.broken is not None or (self.queue.closed and not any(w.sent for w in self.workers)):
+                return False
+            pipes = {w.conn: w for w in self.workers}
+        late = None if self.pool_up else max(0.0, self.created + self.timeout - time.monotonic()) + 0.01
+        for conn in wait([*pipes, self.wake_read], timeout=late):
+            if conn == self.wake_read:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self.wake_read, 1 << 12)
+                continue
+            worker = pipes[conn]
+            try:
+                kind, value = conn.recv()
+            except (EOFError, OSError):
+                code = worker.process.exitcode
+                self._break(BrokenProcessPool(
+                    f"a worker process ended abruptly (exit code {code}) while it had units to do"
+                ))  # fmt: skip
+                return False
+            except Exception as e:  # a result that could not be read back: its unit's error
+                kind, value = "error", (e, "")
+            if kind == "up":
+                with self.ready:
+                    self.pool_up = True
+                    self._send()
+                    self.ready.notify_all()  # the start thread ends
+                continue
+            with self.ready:
+                future, _ = worker.sent.popleft()
+                worker.since = time.monotonic()
+                self._send()
+            if kind == "ok":
+                future.set_result(value)
+            else:
+                error, text = value
+                if text:
+                    error.__cause__ = WorkerTraceback(text)
+                future.set_exception(error)
+            del future, value
+        if not self.pool_up:
+            with self.ready:
+                self._send()  # late: the workers get the work anyway
+        return True
+
+    def _break(self, error: BaseException) -> None:
+        """A worker died: every unit sent or queued fails with ``error``, and so will new ones."""
+        with self.ready:
+            if self.broken is not None:
+                return
+            self.broken = error
+            failed = [future for w in self.workers for future, _ in w.sent]
+            for w in self.workers:
+                w.sent.clear()
+            while (taken := self.queue.pop()) is not None:
+                failed.append(taken[1])
+            self.ready.notify_all()
+            workers = list(self.workers)
+        for w in workers:  # the survivors go down with it, before anyone hears of the death
+            with contextlib.suppress(OSError):
+                w.process.kill()
+        for future in failed:
+            if not future.done():
+                future.set_exception(error)
+
+    def _end_workers(self) -> None:
+        """Once closed and the units sent are back: the workers end, and the files of results
+        never read go. Once broken: the workers are ended already; the file a worker that died
+        was writing stays until the executor is shut down."""
+        with self.ready:
+            workers = list(self.workers)
+        for w in workers:
+            with contextlib.suppress(OSError, ValueError):
+                w.conn.send(None)
+        for w in workers:
+            w.process.join(timeout=5.0)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join(timeout=5.0)
+            w.conn.close()
+        if self.ship is not None and self.broken is None:
             handover.remove_all(self.ship)
+        for fd in (self.wake_read, self.wake_write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
-    def _feed(self) -> None:
-        super()._feed()
-        # closed: once the units at work are back (received, their files removed), the files of
-        # a worker that died. Here, on the feeder's way out: a shutdown may come from a finalizer,
-        # where starting a thread can deadlock
-        if self.ship is not None:
-            self.pool.shutdown(wait=True)
-            handover.remove_all(self.ship)
+    # -- watching and ending ------------------------------------------------------------------
 
     def stuck(self, timeout: float):
-        return self.held.longest(timeout)
-
-    def _open(self, limit: int) -> None:
-        """The pool is up (or will never be): it takes the work, ``limit`` units at a time."""
+        now = time.monotonic()
         with self.ready:
-            self.pool_up, self.limit = True, limit
-            self.ready.notify()
+            if not self.pool_up and now - self.created > timeout:
+                return STARTING
+            held = [(w.since, w.sent[0][1]) for w in self.workers if w.sent]
+        if self.here is not None:
+            held.append(self.here)
+        oldest = min(held, key=lambda h: h[0], default=None)
+        return oldest[1] if oldest is not None and now - oldest[0] > timeout else None
+
+    def shutdown(self) -> None:
+        """Queued units are cancelled; the units at the workers come back, then the workers end
+        (the receiver thread sees to it). Never waits, except after a worker died: then the
+        others are ended and their files removed at once."""
+        self.queue.close()
+        with contextlib.suppress(OSError):
+            os.write(self.wake_write, b"x")
+        if self.broken is not None:
+            self.receiver.join(timeout=10.0)
+            handover.remove_all(self.ship)
 
 
 class ProcessRunner(Runner):
