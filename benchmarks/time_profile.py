@@ -44,7 +44,7 @@ KINDS = {
         "BatchRows.split", "_Delivery", "LaneDriver", "Made", "lane_batches",
     ),
     "runner (queues, futures)": (
-        "UrgentQueue", "WorkerThreads", "PriorityGate", "_WorkItem.run", "_worker", "ChunkStreams", "Future",
+        "UrgentQueue", "WorkerThreads", "ProcessExecutor", "ChunkStreams", "Future",
     ),
     "consumer (the benchmark's loop)": ("run", "batches"),
 }  # fmt: skip

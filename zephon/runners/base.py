@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -27,31 +25,6 @@ class Executor(ABC):
 
     def shutdown(self) -> None:  # noqa: B027 - nothing to release by default
         pass
-
-
-class Held:
-    """The units a pool holds, each since when the pool took it: a unit waits there behind at
-    most the few others the executor lets in per worker, so its time held is about its time at
-    work, whatever waited in the queue in front of the pool."""
-
-    def __init__(self):
-        self.since: dict[Future, tuple[float, Any]] = {}
-        self.lock = threading.Lock()
-
-    def track(self, unit: Any, future: Future) -> Future:
-        with self.lock:
-            self.since[future] = (time.monotonic(), unit)
-        future.add_done_callback(self._done)
-        return future
-
-    def _done(self, future: Future) -> None:
-        with self.lock:
-            self.since.pop(future, None)
-
-    def longest(self, timeout: float) -> Any | None:
-        with self.lock:
-            oldest = min(self.since.values(), key=lambda held: held[0], default=None)
-        return oldest[1] if oldest is not None and time.monotonic() - oldest[0] > timeout else None
 
 
 class InlineExecutor(Executor):

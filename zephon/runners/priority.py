@@ -7,8 +7,8 @@ waited for while it still queues (read ahead for later, needed now) moves to the
 
 Two ways to drain it: worker threads that take the most urgent unit themselves
 (:class:`WorkerThreads`, the thread runner: one hand-over per unit, from the lane to a worker),
-and a feeder thread that hands a pool the most urgent unit whenever fewer than ``limit`` are in
-it (:class:`PriorityGate`, the process runner, whose pool has its own queue).
+and the process runner, which sends the most urgent units down the pipe of a worker process
+with room (``zephon.runners.process``).
 """
 
 from __future__ import annotations
@@ -158,55 +158,3 @@ def _close_all() -> None:
 
 
 threading._register_atexit(_close_all)  # the hook concurrent.futures' own pools end by
-
-
-class PriorityGate(Executor):
-    """Hands ``pool_submit`` the most urgent unit whenever fewer than ``limit`` are in the pool,
-    from a feeder thread; the pool's future's outcome becomes the unit's."""
-
-    def __init__(self, pool_submit: Callable[[Any], Future], limit: int, on_shutdown: Callable[[], None]):
-        self.pool_submit, self.limit, self.on_shutdown = pool_submit, max(1, limit), on_shutdown
-        self.queue = UrgentQueue()
-        self.ready = self.queue.ready  # guards in_pool and limit too
-        self.in_pool = 0
-        self.feeder = threading.Thread(target=self._feed, name="zephon-feeder", daemon=True)
-        self.feeder.start()
-
-    def submit(self, unit: Any, priority: tuple = ()) -> Future:
-        return self.queue.put(unit, priority)
-
-    def hurry(self, future: Future) -> None:
-        self.queue.hurry(future)
-
-    def _room(self) -> bool:
-        return self.in_pool < self.limit
-
-    def _feed(self) -> None:
-        while (taken := self.queue.take(self._room)) is not None:
-            unit, future = taken
-            with self.ready:
-                self.in_pool += 1
-            try:
-                inner = self.pool_submit(unit)
-            except BaseException as e:  # a pool that cannot take work: the error goes to its unit
-                self._finish(None, future, e)
-                continue
-            inner.add_done_callback(lambda done, out=future: self._finish(done, out))
-            del unit, future, taken
-
-    def _finish(self, done: Future | None, out: Future, error: BaseException | None = None) -> None:
-        with self.ready:
-            self.in_pool -= 1
-            self.ready.notify()
-        if error is None and done.cancelled():
-            error = RuntimeError("the worker pool was shut down")
-        elif error is None:
-            error = done.exception()
-        if error is None:
-            out.set_result(done.result())
-        else:
-            out.set_exception(error)
-
-    def shutdown(self) -> None:
-        self.queue.close()
-        self.on_shutdown()
