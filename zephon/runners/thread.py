@@ -4,7 +4,10 @@ Its workers are the parallelism: each encodes its own chunk, so Hugging Face ``t
 told not to spread one call over its own thread pool as well (``TOKENIZERS_PARALLELISM=false``,
 unless the environment already sets it; the setting is the process's, as ``tokenizers`` reads
 it). Nested under two workers on two cores, its pool left a fifth of the CPU idle and made the
-throughput benchmark's thread x2 run with that backend about 1.15x slower.
+throughput benchmark's thread x2 run with that backend about 1.15x slower. Likewise fastokens
+(``FASTOKENS_BPE_THREADS=1``, read when it first encodes): with its own threads under two workers
+on two cores, the lane thread lost its core to them while holding the GIL (thread x2 0.82x
+inline, against 0.88-0.94x with one thread a call, side by side).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from zephon.runners.priority import WorkerThreads
 class ThreadExecutor(WorkerThreads):
     def __init__(self, work, parallelism: int):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        os.environ.setdefault("FASTOKENS_BPE_THREADS", "1")
         super().__init__(work, parallelism)
 
 
