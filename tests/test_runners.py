@@ -148,6 +148,21 @@ def test_a_process_that_never_closes_its_thread_workers_still_exits_after_their_
     assert time.monotonic() - begun < 30, "the queued units were not run at exit"
 
 
+def test_a_process_executor_ends_its_workers_once_shut_down_and_takes_no_more_work():
+    executor = ProcessExecutor(counting_to, 2, timeout=600.0)
+    assert np.array_equal(executor.submit(10).result(60), np.arange(10))
+    deadline = time.monotonic() + 60
+    while len(executor.workers) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    processes = [w.process for w in executor.workers]
+    executor.shutdown()
+    executor.shutdown()  # twice: nothing more happens
+    assert executor.submit(3).cancelled(), "a shut down executor takes nothing"
+    executor.receiver.join(30)
+    assert not executor.receiver.is_alive(), "the thread that read results has ended"
+    assert all(p.exitcode is not None for p in processes), "every worker process has ended"
+
+
 def test_large_results_come_back_through_shared_memory_and_leave_nothing_there(tmp_path):
     executor = ProcessExecutor(counting_to, 2, timeout=600.0, shared_memory=str(tmp_path))
     try:

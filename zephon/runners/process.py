@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import pickle
 import select
+import socket
 import sys
 import threading
 import time
@@ -224,8 +225,11 @@ class ProcessExecutor(Executor):
         self.workers: list[_Worker] = []
         self.pool_up, self.broken, self.created = False, None, time.monotonic()
         self.here: tuple[float, Any] | None = None  # the unit at work on the start thread, since when
-        self.wake_read, self.wake_write = os.pipe()
-        os.set_blocking(self.wake_read, False)
+        # wakes the receiver (to end); sockets, so that a write after they are closed fails
+        # instead of landing in whatever file took the number of a closed descriptor
+        self.wake_read, self.wake_write = socket.socketpair()
+        self.wake_read.setblocking(False)
+        self.wake_write.setblocking(False)
         self.receiver = threading.Thread(target=self._receive, name="zephon-results", daemon=True)
         self.receiver.start()
         threading.Thread(target=self._start_here, name="zephon-work-start", daemon=True).start()
@@ -329,9 +333,9 @@ class ProcessExecutor(Executor):
             pipes = {w.conn: w for w in self.workers}
         late = None if self.pool_up else max(0.0, self.created + self.timeout - time.monotonic()) + 0.01
         for conn in wait([*pipes, self.wake_read], timeout=late):
-            if conn == self.wake_read:
+            if conn is self.wake_read:
                 with contextlib.suppress(BlockingIOError):
-                    os.read(self.wake_read, 1 << 12)
+                    self.wake_read.recv(1 << 12)
                 continue
             worker = pipes[conn]
             try:
@@ -404,9 +408,8 @@ class ProcessExecutor(Executor):
             w.conn.close()
         if self.ship is not None and self.broken is None:
             handover.remove_all(self.ship)
-        for fd in (self.wake_read, self.wake_write):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self.wake_read.close()
+        self.wake_write.close()
 
     # -- watching and ending ------------------------------------------------------------------
 
@@ -427,7 +430,7 @@ class ProcessExecutor(Executor):
         others are ended and their files removed at once."""
         self.queue.close()
         with contextlib.suppress(OSError):
-            os.write(self.wake_write, b"x")
+            self.wake_write.send(b"x")
         if self.broken is not None:
             self.receiver.join(timeout=10.0)
             handover.remove_all(self.ship)
