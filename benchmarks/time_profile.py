@@ -71,12 +71,32 @@ def run(args: argparse.Namespace) -> None:
         files = {name: path for name, (path, _) in real_text_corpora(tmp).items()}
         setup = Setup(files, MIXTURE, gpt2_tokenizer_dir(os.path.join(tmp, "gpt2")), method=args.runner,
                       workers=args.workers, options={"backend": args.backend})  # fmt: skip
-        done, start = 0, time.perf_counter()
+        done, start, steady = 0, time.perf_counter(), None
         for out in zephon_self.batches(setup):
             done += int(out.valid.sum())
+            if steady is None and done >= args.tokens // 10:  # CPU from here on
+                steady = done, time.process_time(), _workers_cpu(), time.perf_counter()
             if done >= args.tokens:
                 break
-        print(json.dumps({"tokens": done, "seconds": time.perf_counter() - start}), flush=True)
+        tokens, wall = done - steady[0], time.perf_counter() - steady[3]
+        own, workers = time.process_time() - steady[1], _workers_cpu() - steady[2]
+        result = {"tokens": done, "seconds": time.perf_counter() - start, "own_cpu_per_m": own / tokens * 1e6,
+                  "all_cpu_per_m": (own + workers) / tokens * 1e6, "steady_rate": tokens / wall}  # fmt: skip
+        print(json.dumps(result), flush=True)
+
+
+def _workers_cpu() -> float:
+    """CPU seconds of this process's descendants so far (the fork server's worker processes)."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:  # ended meanwhile
+            pass
+    return total
 
 
 def read_raw(raw: str) -> list[tuple[list[str], int]]:
@@ -157,14 +177,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cpu, cpu_run = record(args, False, tmp)
         gil, gil_run = record(args, True, tmp)
-    lines = report(args, cpu, cpu_run, gil, gil_run)
+    options = ["--runner", "process", "--workers", str(args.workers), "--backend", args.backend]
+    child = [sys.executable, os.path.abspath(__file__), "--child", *options, "--tokens", str(args.tokens)]
+    done = subprocess.run(child, check=True, capture_output=True, text=True)  # not sampled
+    process_run = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    lines = report(args, cpu, cpu_run, gil, gil_run, process_run)
     sys.path.insert(0, ROOT)
     from benchmarks.common import write_result
 
     write_result("profile.md", lines)
 
 
-def report(args, cpu, cpu_run, gil, gil_run) -> list[str]:
+def report(args, cpu, cpu_run, gil, gil_run, process_run) -> list[str]:
     cores = by_kind(cpu, args.rate, cpu_run["tokens"])
     held = by_kind(gil, args.rate, gil_run["tokens"])
     steady = {k: v for k, v in cores.items() if not k.startswith("start-up")}
@@ -213,12 +237,35 @@ def report(args, cpu, cpu_run, gil, gil_run) -> list[str]:
         lines.append(
             f"| {cores_n} | {cpu_bound / 1e6:.1f}M | {gil_bound / 1e6:.1f}M | {rate / 1e6:.1f}M | {bound} |"
         )
+    p, wp = process_run["own_cpu_per_m"], process_run["all_cpu_per_m"]
     lines += [
         "",
         "Past the GIL bound more cores need more processes: the process runner moves reading, JSON",
         "and tokenizing into worker processes, leaving the rank process the lane's own work",
-        "(mixer, pack, batch and delivery rows above) and receiving results; 8 ranks on a 64-core",
-        "node are 8 such processes. Measured here on 2 cores only; no 16-core machine was available.",
+        "(mixer, pack, batch and delivery rows above) and receiving results. Measured with",
+        f"{args.workers} process workers over the same run, not sampled, from a tenth of the tokens on",
+        f"({process_run['steady_rate'] / 1e6:.1f}M tokens/s): the rank process's own CPU, all its threads,",
+        f"P = {p:.4f} core-s per million tokens, and that of every process, W' = {wp:.4f}",
+        "(py-spy's W above counts more: sampled threads it cannot tell are waiting, and its own",
+        "cost). P is one process's; the rest spreads over the workers, so one rank process",
+        "delivers at most",
+        "",
+        "    tokens/s(C) = 1e6 / max(W' / C, P)",
+        "",
+        "| cores | W' / C bound | P bound | projected tokens/s | bound by |",
+        "|---:|---:|---:|---:|---|",
+    ]
+    for cores_n in (2, 16, 64):
+        cpu_bound, own_bound = 1e6 / (wp / cores_n), 1e6 / p
+        bound = "cores" if cpu_bound < own_bound else "the rank process's own work"
+        lines.append(
+            f"| {cores_n} | {cpu_bound / 1e6:.1f}M | {own_bound / 1e6:.1f}M | "
+            f"{min(cpu_bound, own_bound) / 1e6:.1f}M | {bound} |"
+        )
+    lines += [
+        "",
+        "8 ranks on a 64-core node are 8 such processes, each with 7 workers. Measured here on 2",
+        "cores only; no 16-core machine was available to this task.",
         "",
         "## Functions holding the GIL",
         "",
