@@ -1,5 +1,6 @@
 """Every benchmark script imports against the current API (a rename in zephon fails here, not in
-the next person's benchmark run): each is imported as a module, its ``main`` not run."""
+the next person's benchmark run): each is imported as a module, its ``main`` not run. And the
+script that shows a change left the data as it was (scripts/batch_digests.py) finds a change."""
 
 from __future__ import annotations
 
@@ -20,3 +21,27 @@ def test_every_benchmark_imports_against_the_current_api(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert callable(getattr(module, "main", None)) or os.path.basename(path) == "common.py"
+
+
+@pytest.mark.slow
+def test_the_batch_digests_script_finds_a_change_in_the_data(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(ROOT, "scripts", "batch_digests.py")
+    out, data = tmp_path / "before.json", str(tmp_path / "data")
+    command = [sys.executable, script, str(out), "--quick", "--only", "single_wrap_stop", "--data", data]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    before = json.loads(out.read_text())
+    checks = {k: v for k, v in before["single_wrap_stop"].items() if k != "digests"}
+    assert checks and all(checks.values()), "restored and threaded runs give the inline batches"
+    changed = dict(before["single_wrap_stop"], digests=["0" * 16, *before["single_wrap_stop"]["digests"][1:]])
+    (tmp_path / "after.json").write_text(json.dumps({"single_wrap_stop": changed}))
+    itself = [sys.executable, script, "--compare", str(out), str(out)]
+    same = subprocess.run(itself, capture_output=True, text=True)
+    assert same.returncode == 0 and same.stdout.strip() == "the same: 1 recipes"
+    differ = [sys.executable, script, "--compare", str(out), str(tmp_path / "after.json")]
+    found = subprocess.run(differ, capture_output=True, text=True)
+    assert found.returncode == 1 and found.stdout.strip() == "single_wrap_stop: digests changed"
