@@ -11,7 +11,7 @@ files) and synthetic JSON lines (with broken lines), text and Parquet. For each:
 its first batches inline (1,500 for the benchmark's recipe, 400 for the others), whether a run
 restored at 4 points gives the same next batches, whether the thread and process runners (2
 workers) give the same batches, and for three recipes whether the HF backend does. ``--quick``
-leaves the process runner out. About 2 minutes on 2 cores.
+leaves the process runner out. About 20 seconds on 2 cores.
 """
 
 from __future__ import annotations
