@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
@@ -27,6 +28,24 @@ class Executor(ABC):
         pass
 
 
+def run_into(future: Future, work: Callable[[Any], Any], unit: Any) -> None:
+    """``work(unit)``'s result into ``future``, or its error (delivered with the unit, in order,
+    wherever the work ran)."""
+    try:
+        result = work(unit)
+    except BaseException as e:
+        future.set_exception(e)
+    else:
+        future.set_result(result)
+
+
+def held_longest(held: Iterable[tuple[float, Any]], timeout: float) -> Any | None:
+    """Of units held since when (``(monotonic time, unit)`` pairs), the one held longest, if that
+    is over ``timeout`` seconds (the watchdog of stuck workers asks); else None."""
+    oldest = min(held, key=lambda h: h[0], default=None)
+    return oldest[1] if oldest is not None and time.monotonic() - oldest[0] > timeout else None
+
+
 class InlineExecutor(Executor):
     """Runs the work at once, in the calling thread."""
 
@@ -35,10 +54,7 @@ class InlineExecutor(Executor):
 
     def submit(self, unit: Any, priority: tuple = ()) -> Future:
         future: Future = Future()
-        try:
-            future.set_result(self.work(unit))
-        except BaseException as e:  # delivered in order, like a worker's error
-            future.set_exception(e)
+        run_into(future, self.work, unit)
         return future
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from zephon.runners.base import Executor
+from zephon.runners.base import Executor, held_longest, run_into
 
 _NOW = (-1,)  # before any priority a lane gives (windows count from 0)
 
@@ -125,18 +125,13 @@ class WorkerThreads(Executor):
             unit, future = taken
             self.since[k] = (time.monotonic(), unit)
             try:
-                result = self.work(unit)
-            except BaseException as e:  # delivered with the unit, as a pool would
-                future.set_exception(e)
-            else:
-                future.set_result(result)
+                run_into(future, self.work, unit)
             finally:
                 del self.since[k]
             del unit, future, taken  # hold nothing of a unit between units
 
     def stuck(self, timeout: float) -> Any | None:
-        held = min(list(self.since.values()), key=lambda h: h[0], default=None)
-        return held[1] if held is not None and time.monotonic() - held[0] > timeout else None
+        return held_longest(list(self.since.values()), timeout)
 
     def shutdown(self) -> None:
         """Queued units are cancelled; a unit at work finishes, then its worker ends. Never waits."""

@@ -32,7 +32,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from zephon.runners import handover
-from zephon.runners.base import Executor, InlineExecutor, Runner
+from zephon.runners.base import Executor, InlineExecutor, Runner, held_longest, run_into
 from zephon.runners.mainguard import check_main_is_guarded
 from zephon.runners.priority import UrgentQueue
 
@@ -286,11 +286,7 @@ class ProcessExecutor(Executor):
                 unit, future = taken
                 self.here = (time.monotonic(), unit)
             try:
-                result = self.work(unit)
-            except BaseException as e:  # delivered with the unit, as a worker's error
-                future.set_exception(e)
-            else:
-                future.set_result(result)
+                run_into(future, self.work, unit)
             finally:
                 self.here = None
             del unit, future, taken
@@ -419,10 +415,8 @@ class ProcessExecutor(Executor):
             if not self.pool_up and now - self.created > timeout:
                 return STARTING
             held = [(w.since, w.sent[0][1]) for w in self.workers if w.sent]
-        if self.here is not None:
-            held.append(self.here)
-        oldest = min(held, key=lambda h: h[0], default=None)
-        return oldest[1] if oldest is not None and now - oldest[0] > timeout else None
+        here = self.here  # read once: the start thread may end its unit meanwhile
+        return held_longest(held if here is None else [*held, here], timeout)
 
     def shutdown(self) -> None:
         """Queued units are cancelled; the units at the workers come back, then the workers end
