@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from support.functions import SlowToStart, counting_to
+from support.functions import SlowToStart, counting_to, sleeping_for
 
 from zephon.runners import handover
 from zephon.runners.process import ProcessExecutor
@@ -161,6 +161,49 @@ def test_a_process_executor_ends_its_workers_once_shut_down_and_takes_no_more_wo
     executor.receiver.join(30)
     assert not executor.receiver.is_alive(), "the thread that read results has ended"
     assert all(p.exitcode is not None for p in processes), "every worker process has ended"
+
+
+@pytest.mark.slow  # waits on timeouts by design: seconds
+def test_a_unit_stuck_at_a_worker_after_shutdown_fails_within_the_timeout_and_its_worker_is_ended(caplog):
+    executor = ProcessExecutor(sleeping_for, 1, timeout=1.0)
+    deadline = time.monotonic() + 60
+    while not executor.pool_up and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stuck = executor.submit(600.0)
+    while executor.stuck(0) is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # at the worker
+    process = executor.workers[0].process
+    begun = time.monotonic()
+    executor.shutdown()
+    executor.receiver.join(60)
+    assert not executor.receiver.is_alive(), "the receiver does not wait for the unit forever"
+    assert time.monotonic() - begun < 1.0 + 5 + 5 + 5, "the timeout, then the worker's end"
+    error = stuck.exception(0)
+    assert isinstance(error, TimeoutError) and "within worker_timeout (1 s) of the shutdown" in str(error)
+    assert "600.0" in str(error), "the unit is named"
+    assert any("did not come back" in r.getMessage() for r in caplog.records), "said in the log"
+    assert process.exitcode is not None, "the stuck worker is ended"
+
+
+@pytest.mark.slow  # waits on the exit's bound by design: seconds
+def test_a_thread_worker_stuck_at_exit_holds_the_exit_for_the_bound_only_and_is_named():
+    script = (
+        "import threading, time\n"
+        "from zephon.runners.thread import ThreadExecutor\n"
+        "at_work = threading.Event()\n"
+        "def work(unit):\n"
+        "    at_work.set()\n"
+        "    time.sleep(600)\n"
+        "executor = ThreadExecutor(work, 2)\n"
+        "executor.submit('the stuck unit')\n"
+        "at_work.wait()\n"
+    )
+    begun = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert time.monotonic() - begun < 60, "the exit waited for the stuck unit"
+    said = "at exit, 1 unit(s) still at work on thread workers after 5 s (the first: 'the stuck unit')"
+    assert said in out.stderr
 
 
 def test_large_results_come_back_through_shared_memory_and_leave_nothing_there(tmp_path):

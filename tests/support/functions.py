@@ -74,6 +74,12 @@ class SlowToStart:
         time.sleep(3)
 
 
+def sleeping_for(seconds: float) -> float:
+    """Work for a process pool that takes ``seconds`` (a unit stuck at a worker, for a while)."""
+    time.sleep(seconds)
+    return seconds
+
+
 def counting_to(n: int):
     """Work for a process pool: the numbers 0 to n - 1 as an int64 array (n = 100,000: 800 KB)."""
     import numpy as np

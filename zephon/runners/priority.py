@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 import time
 import weakref
@@ -23,6 +24,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from zephon.runners.base import Executor, held_longest, run_into
+
+log = logging.getLogger(__name__)
 
 _NOW = (-1,)  # before any priority a lane gives (windows count from 0)
 
@@ -144,12 +147,23 @@ class WorkerThreads(Executor):
 _LIVE: weakref.WeakSet[WorkerThreads] = weakref.WeakSet()
 
 
+AT_EXIT = 5.0  # seconds the interpreter's exit waits, in all, for the units at work to end
+
+
 def _close_all() -> None:
-    for executor in list(_LIVE):
+    executors = list(_LIVE)
+    for executor in executors:
         executor.shutdown()
-    for executor in list(_LIVE):
+    deadline = time.monotonic() + AT_EXIT
+    for executor in executors:
         for thread in executor.threads:
-            thread.join(timeout=5.0)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    left = [unit for executor in executors for _, unit in list(executor.since.values())]
+    if left:  # daemons: the interpreter ends them where they are
+        log.warning(
+            "zephon: at exit, %d unit(s) still at work on thread workers after %g s (the first: %r)",
+            len(left), AT_EXIT, left[0],
+        )  # fmt: skip
 
 
 threading._register_atexit(_close_all)  # the hook concurrent.futures' own pools end by

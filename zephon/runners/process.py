@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import multiprocessing
 import os
 import pickle
@@ -35,6 +36,8 @@ from zephon.runners import handover
 from zephon.runners.base import Executor, InlineExecutor, Runner, held_longest, run_into
 from zephon.runners.mainguard import check_main_is_guarded
 from zephon.runners.priority import UrgentQueue
+
+log = logging.getLogger(__name__)
 
 STARTING = "the start of the worker processes (each loads the work: its tokenizer)"
 _WORK = None  # the work function of this worker process
@@ -224,6 +227,7 @@ class ProcessExecutor(Executor):
         self.ready = self.queue.ready  # guards the workers' state too
         self.workers: list[_Worker] = []
         self.pool_up, self.broken, self.created = False, None, time.monotonic()
+        self.closed_at: float | None = None  # when shut down: the units at work have ``timeout`` more
         self.here: tuple[float, Any] | None = None  # the unit at work on the start thread, since when
         # wakes the receiver (to end); sockets, so that a write after they are closed fails
         # instead of landing in whatever file took the number of a closed descriptor
@@ -328,6 +332,12 @@ class ProcessExecutor(Executor):
                 return False
             pipes = {w.conn: w for w in self.workers}
         late = None if self.pool_up else max(0.0, self.created + self.timeout - time.monotonic()) + 0.01
+        if self.closed_at is not None:  # shut down: the units at the workers have timeout to come back
+            left = self.closed_at + self.timeout - time.monotonic()
+            if left <= 0:
+                self._abandon()
+                return False
+            late = left if late is None else min(late, left)
         for conn in wait([*pipes, self.wake_read], timeout=late):
             if conn is self.wake_read:
                 with contextlib.suppress(BlockingIOError):
@@ -387,6 +397,24 @@ class ProcessExecutor(Executor):
             if not future.done():
                 future.set_exception(error)
 
+    def _abandon(self) -> None:
+        """Shut down, and units at the workers did not come back within ``timeout``: they fail,
+        said in the log, and the workers are ended (killed where they do not stop)."""
+        with self.ready:
+            held = [(future, unit) for w in self.workers for future, unit in w.sent]
+            for w in self.workers:
+                w.sent.clear()
+        if not held:
+            return
+        what = (
+            f"{len(held)} unit(s) did not come back from the worker processes within worker_timeout "
+            f"({self.timeout:g} s) of the shutdown (the first: {held[0][1]!r}); the workers are ended"
+        )
+        log.warning("zephon: %s", what)
+        for future, _ in held:
+            if not future.done():
+                future.set_exception(TimeoutError(what))
+
     def _end_workers(self) -> None:
         """Once closed and the units sent are back: the workers end, and the files of results
         never read go. Once broken: the workers are ended already; the file a worker that died
@@ -420,8 +448,11 @@ class ProcessExecutor(Executor):
 
     def shutdown(self) -> None:
         """Queued units are cancelled; the units at the workers come back, then the workers end
-        (the receiver thread sees to it). Never waits, except after a worker died: then the
-        others are ended and their files removed at once."""
+        (the receiver thread sees to it; units not back within ``timeout`` fail, logged, and the
+        workers are ended). Never waits, except after a worker died: then the others are ended
+        and their files removed at once."""
+        if self.closed_at is None:
+            self.closed_at = time.monotonic()
         self.queue.close()
         with contextlib.suppress(OSError):
             self.wake_write.send(b"x")
