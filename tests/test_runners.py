@@ -13,11 +13,47 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.functions import SlowToStart, counting_to, sleeping_for
 
-from zephon.runners import handover
+from zephon.lanes import ReadAhead
+from zephon.runners import get_runner, handover
 from zephon.runners.process import ProcessExecutor
 from zephon.runners.thread import ThreadExecutor
+
+
+def test_read_ahead_goes_deeper_only_while_the_results_held_fit_the_budget():
+    ahead = ReadAhead(lanes=8, datasets=3, parallelism=2, per_worker=get_runner("process").units_ahead)
+    assert (ahead.base, ahead.want, ahead.depth) == (4, 6, 4)  # 96 chunks over 8 lanes x 3 datasets
+    for d in range(3):
+        ahead.seen(d, 200 << 10)  # a small dataset's chunk, tokenized
+    assert ahead.depth == 6  # 8 lanes x 7 chunks x 600 KiB: 33 MiB
+    ahead.seen(1, 8 << 20)  # one dataset's results are megabytes: back to the chunk count
+    assert ahead.depth == 4
+    ahead.seen(0, 100)  # smaller than seen before: the largest counts
+    assert ahead.depth == 4
+    inline = ReadAhead.none()
+    inline.seen(0, 1)
+    assert inline.depth == 0
+    assert get_runner("thread").units_ahead == 4  # threads: deeper was measured slower
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lanes=st.integers(1, 64), datasets=st.integers(1, 6), workers=st.integers(1, 64),
+    per_worker=st.integers(1, 16),
+    sizes=st.lists(st.tuples(st.integers(0, 5), st.integers(1, 64 << 20)), max_size=30),
+)  # fmt: skip
+def test_read_ahead_keeps_the_chunk_count_or_fits_its_budget(lanes, datasets, workers, per_worker, sizes):
+    ahead = ReadAhead(lanes, datasets, workers, per_worker)
+    floor = -(-3 // datasets)
+    assert ahead.depth == max(floor, min(ahead.want, max(1, ReadAhead.MOST_CHUNKS // (lanes * datasets))))
+    for d, nbytes in sizes:
+        ahead.seen(d % datasets, nbytes)
+        assert ahead.base <= ahead.depth <= max(ahead.base, ahead.want)
+        if ahead.depth > ahead.base:  # deeper than the chunk count only within the budget
+            assert lanes * (ahead.depth + 1) * sum(ahead.largest) <= ReadAhead.BUDGET
 
 
 @pytest.mark.parametrize("hurried", [None, "c", "a"])

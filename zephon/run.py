@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from zephon.batch import Batch
 from zephon.digests import ChunkDigests
 from zephon.fingerprint import check_restore
-from zephon.lanes import ChunkStreams, Made, lane_batches
+from zephon.lanes import ChunkStreams, Made, ReadAhead, lane_batches
 from zephon.runners import LaneDriver, get_runner
 from zephon.runners.reaper import close_when_dropped
 from zephon.spec import RunSpec
@@ -154,24 +154,18 @@ class _Delivery:
         lane_ops = spec.lane_ops()
         work, parallelism = spec.chunk_work()
         self.executor = self.runner.executor(work, parallelism, opts.worker_timeout)
-        # chunks read ahead per lane and dataset. Only the lane being made reads ahead (the
-        # others hold theirs until their turn), drawing on every dataset, so its read-ahead is
-        # what keeps the workers busy: four units per worker across its datasets (two at a worker
-        # and two to follow: a process worker's round trip), at least three in all, and at most
-        # 96 chunks held over the rank's lanes (memory). None inline, where reading ahead only
-        # delays the batch at hand. Measured (benchmarks/throughput.py, three datasets, two
-        # process workers): three each instead of one, 1.19x the steady rate, the stall loop
-        # waiting 3.5-3.8% of its time instead of 2.9-3.3%.
-        datasets = len(self.names)
-        most = max(1, 96 // (len(states) * datasets))
-        chunks_ahead = max(-(-3 // datasets), min(-(-4 * parallelism // datasets), most))
-        depth = chunks_ahead if self.runner.background else 0
+        # chunks read ahead per lane and dataset (zephon.lanes.ReadAhead); none inline, where
+        # reading ahead only delays the batch at hand
+        if self.runner.background:
+            ahead = ReadAhead(len(states), len(self.names), parallelism, self.runner.units_ahead)
+        else:
+            ahead = ReadAhead.none()
         self.states = states
         self.closed = False
         makers = {}
         for lane in states:
             start = dataclasses.replace(states[lane])
-            streams = ChunkStreams(plan, lane, self.executor, depth, opts.worker_timeout, digests)
+            streams = ChunkStreams(plan, lane, self.executor, ahead, opts.worker_timeout, digests)
             streams.requests = requests  # one count per run, whichever lane read
             if self.runner.background:  # every lane's first chunks go to the workers at once
                 streams.prime(start)

@@ -101,6 +101,14 @@ class Docs:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    @property
+    def nbytes(self) -> int:
+        """The memory its arrays hold."""
+        arrays = [self.tokens, self.offsets, self.records, self.patch_at, self.positions]
+        if self.patches is not None:
+            arrays += [self.patches.pixels, self.patches.grid]
+        return sum(a.nbytes for a in arrays if a is not None)
+
     def token_positions(self) -> np.ndarray:
         """Each token's place in its document (0 at every document start): made once per chunk,
         by the worker that tokenized it, so that packing only copies slices of it."""

@@ -63,6 +63,8 @@ class Runner(ABC):
 
     name: str
     background: bool  # whether lanes are driven ahead of the consumer in background threads
+    # units per worker that a lane keeps asked for, across its datasets (zephon.lanes.ReadAhead)
+    units_ahead: int = 4
 
     @abstractmethod
     def executor(self, work: Callable[[Any], Any], parallelism: int, timeout: float) -> Executor:

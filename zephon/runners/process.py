@@ -196,8 +196,9 @@ class _Worker:
 
 
 class ProcessExecutor(Executor):
-    """Worker processes, each sent up to ``PER_WORKER`` units at a time (to hide the hand-over),
-    most urgent first, through a pipe of its own.
+    """Worker processes, each sent up to ``PER_WORKER`` units at a time (to hide the hand-over:
+    a small chunk is under a millisecond of work, and with two at a worker it waited for its next
+    one half its time), most urgent first, through a pipe of its own.
 
     Units go down a worker's pipe from whichever thread finds it room: the one that submits, or
     this executor's one thread here, which reads every result as it comes back (a shipped one
@@ -216,7 +217,7 @@ class ProcessExecutor(Executor):
     through the pipe).
     """
 
-    PER_WORKER = 2
+    PER_WORKER = 4
 
     def __init__(self, work, parallelism: int, timeout: float, shared_memory: str | None = handover.SHM):
         check_main_is_guarded()
@@ -464,6 +465,7 @@ class ProcessExecutor(Executor):
 class ProcessRunner(Runner):
     name = "process"
     background = True
+    units_ahead = 2 * ProcessExecutor.PER_WORKER  # those at a worker, and as many to follow
 
     def executor(self, work, parallelism: int, timeout: float) -> Executor:
         return InlineExecutor(work) if parallelism == 0 else ProcessExecutor(work, parallelism, timeout)
