@@ -21,6 +21,11 @@ TorchTitan 0.3.0's own loader (``pip install -e '.[bench]'``). Writes
 benchmarks/results/throughput.md and .png.
 
     python benchmarks/throughput.py [--tokens 8000000] [--reps 3] [--only zephon ...] [--out NAME]
+
+``--copies K`` writes each dataset K times over: the same documents, repeated, in a file the
+size of a corpus, which a loader reads as it reads a corpus (zephon's chunks follow a dataset's
+size: about 70 KiB for the 4-5 MiB of real text, 1 MiB from 64 MiB on). A long run over the
+text written once reads it dozens of times, in small chunks no corpus of that run's size has.
 """
 
 from __future__ import annotations
@@ -177,6 +182,12 @@ def main() -> None:
         help="tokens for the tokenizers alone (default --tokens): their rate is steady",
     )
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--copies",
+        type=int,
+        default=1,
+        help="write each dataset this many times over: a corpus of that size, chunked as such",
+    )
     parser.add_argument("--stall-reps", type=int, default=2, help="runs of the stall loop per system")
     parser.add_argument("--out", default="throughput", help="results file name (with --only: a subset)")
     parser.add_argument("--only", nargs="*", help="systems whose label contains one of these")
@@ -190,7 +201,8 @@ def main() -> None:
         with open(result_path(f"{args.out}.json")) as f:
             saved = json.load(f)
         args.tokens, args.reps, args.stall_tokens = saved["tokens"], saved["reps"], saved["stall_tokens"]
-        args.stall_reps = saved.get("stall_reps", 1)
+        args.stall_reps, args.copies = saved.get("stall_reps", 1), saved.get("copies", 1)
+        args.sizes = saved.get("sizes", {})
         _write(saved["runs"], saved["stalls"], saved["extras"], saved["limit"], args)
         return
     if args.one:
@@ -202,6 +214,13 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         files = {name: path for name, (path, _) in real_text_corpora(tmp).items()}
+        for path in files.values() if args.copies > 1 else ():
+            with open(path, "rb") as f:
+                data = f.read()
+            with open(path, "wb") as f:
+                for _ in range(args.copies):
+                    f.write(data)
+        args.sizes = {name: os.path.getsize(path) for name, path in files.items()}
         setup = {
             "files": files,
             "weights": MIXTURE,
@@ -278,10 +297,21 @@ def _write(runs, stalls, extras, limit, args) -> None:
         f"Command: `python benchmarks/throughput.py --tokens {args.tokens} --reps {args.reps} "
         f"--stall-reps {args.stall_reps}"
         + (f" --alone-tokens {args.alone_tokens}" if getattr(args, "alone_tokens", None) else "")
+        + (f" --copies {args.copies}" if args.copies > 1 else "")
         + (f" --out {args.out} --only " + " ".join(repr(o) for o in args.only) if args.only else "")
         + "`. "
         f"Medians of {args.reps} interleaved runs, each in a fresh process, {args.tokens:,} tokens "
         "end to end.",
+        *(
+            [
+                f"Data: each dataset's real text written {args.copies} times over, a corpus of "
+                + ", ".join(f"{n} {b / 2**20:.0f} MiB" for n, b in args.sizes.items())
+                + ", which every system reads as such: zephon cuts a dataset over 64 MiB on 8 lanes into "
+                "chunks of 1 MiB (the text written once, 4-5 MiB, into chunks of about 70 KiB)."
+            ]
+            if args.copies > 1
+            else []
+        ),
         "Packed tokens/s counts from building the loader (its start-up, imports included) to the last "
         'token; "after the first batch" leaves the start-up out.',
         f"Stall: a loop that trains each batch at a quarter of the HF tokenizer's rate "
@@ -314,7 +344,7 @@ def _write(runs, stalls, extras, limit, args) -> None:
     write_result(f"{args.out}.md", lines, echo=False)
     record = {"runs": runs, "stalls": stalls, "extras": extras, "limit": limit}
     record.update(tokens=args.tokens, reps=args.reps, stall_tokens=args.stall_tokens)
-    record["stall_reps"] = args.stall_reps
+    record["stall_reps"], record["copies"], record["sizes"] = args.stall_reps, args.copies, args.sizes
     write_json(f"{args.out}.json", record)
     _plot(rows, limit, result_path(f"{args.out}.png"))
     print("\n".join(lines))
