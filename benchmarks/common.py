@@ -29,6 +29,19 @@ GPU_TOKENS_PER_S = {"Llama 1B (nanotron, H100)": 33_300, "Llama 3.1 8B (TorchTit
 LLAMA_8B_H100 = GPU_TOKENS_PER_S["Llama 3.1 8B (TorchTitan, H100)"]
 
 
+def write_copies(files: dict[str, str], copies: int) -> dict[str, int]:
+    """Each file rewritten as ``copies`` copies of itself, back to back: the same documents in a
+    file the size of a corpus, which a loader reads as such (``--copies`` of the throughput
+    benchmark and the profile). Returns each file's size in bytes."""
+    for path in files.values() if copies > 1 else ():
+        with open(path, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            for _ in range(copies):
+                f.write(data)
+    return {name: os.path.getsize(path) for name, path in files.items()}
+
+
 def result_path(name: str) -> str:
     """``benchmarks/results/NAME``, its folder made."""
     os.makedirs(RESULTS, exist_ok=True)

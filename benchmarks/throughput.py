@@ -49,6 +49,7 @@ from benchmarks.common import (  # noqa: E402
     MIXTURE,
     PeakRSS,
     result_path,
+    write_copies,
     write_json,
     write_result,
 )
@@ -214,13 +215,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         files = {name: path for name, (path, _) in real_text_corpora(tmp).items()}
-        for path in files.values() if args.copies > 1 else ():
-            with open(path, "rb") as f:
-                data = f.read()
-            with open(path, "wb") as f:
-                for _ in range(args.copies):
-                    f.write(data)
-        args.sizes = {name: os.path.getsize(path) for name, path in files.items()}
+        args.sizes = write_copies(files, args.copies)
         setup = {
             "files": files,
             "weights": MIXTURE,

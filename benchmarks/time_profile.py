@@ -11,6 +11,7 @@ functions that hold the GIL most. The tokenizer's own threads are pinned to one 
 (``FASTOKENS_BPE_THREADS=1``), so that its time is sampled in the thread that called it.
 
     python benchmarks/time_profile.py [--runner thread --workers 2 --backend auto --tokens 100000000]
+                                      [--copies 16 --out profile_corpus]
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ RUNNER_NOTE = [
 def run(args: argparse.Namespace) -> None:
     """The profiled process: the benchmark's pipeline until enough tokens."""
     sys.path.insert(0, ROOT)
-    from benchmarks.common import MIXTURE
+    from benchmarks.common import MIXTURE, write_copies
     from benchmarks.peers import zephon_self
     from benchmarks.peers.common import Setup
     from zephon.testing import gpt2_tokenizer_dir
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         files = {name: path for name, (path, _) in real_text_corpora(tmp).items()}
+        write_copies(files, args.copies)
         setup = Setup(files, MIXTURE, gpt2_tokenizer_dir(os.path.join(tmp, "gpt2")), method=args.runner,
                       workers=args.workers, options={"backend": args.backend})  # fmt: skip
         done, start, steady = 0, time.perf_counter(), None
@@ -140,6 +142,7 @@ def top_functions(samples, top: int = 20) -> list[str]:
 def record(args, gil: bool, tmp: str) -> tuple[list, dict]:
     raw = os.path.join(tmp, f"profile{int(gil)}.txt")
     options = ["--runner", args.runner, "--workers", str(args.workers), "--backend", args.backend]
+    options += ["--copies", str(args.copies)]
     child = [sys.executable, os.path.abspath(__file__), "--child", *options, "--tokens", str(args.tokens)]
     flags = ["--gil"] if gil else []
     env = {**os.environ, "FASTOKENS_BPE_THREADS": "1"}
@@ -169,6 +172,10 @@ def main() -> None:
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--tokens", type=int, default=100_000_000)
     parser.add_argument("--rate", type=int, default=200, help="samples per second")
+    parser.add_argument(
+        "--copies", type=int, default=1, help="each dataset written this many times over (a corpus's chunks)"
+    )
+    parser.add_argument("--out", default="profile", help="results file name")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -178,6 +185,7 @@ def main() -> None:
         cpu, cpu_run = record(args, False, tmp)
         gil, gil_run = record(args, True, tmp)
     options = ["--runner", "process", "--workers", str(args.workers), "--backend", args.backend]
+    options += ["--copies", str(args.copies)]
     child = [sys.executable, os.path.abspath(__file__), "--child", *options, "--tokens", str(args.tokens)]
     done = subprocess.run(child, check=True, capture_output=True, text=True)  # not sampled
     process_run = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
@@ -185,7 +193,7 @@ def main() -> None:
     sys.path.insert(0, ROOT)
     from benchmarks.common import write_result
 
-    write_result("profile.md", lines)
+    write_result(f"{args.out}.md", lines)
 
 
 def report(args, cpu, cpu_run, gil, gil_run, process_run) -> list[str]:
@@ -198,12 +206,23 @@ def report(args, cpu, cpu_run, gil, gil_run, process_run) -> list[str]:
         "# Where the time goes",
         "",
         f"`python benchmarks/time_profile.py --runner {args.runner} --workers {args.workers} --backend "
-        f"{args.backend} --tokens {args.tokens}` on {platform.machine()}, {c} CPUs. py-spy at {args.rate} "
+        f"{args.backend} --tokens {args.tokens}"
+        + (f" --copies {args.copies} --out {args.out}" if args.copies > 1 else "")
+        + f"` on {platform.machine()}, {c} CPUs. py-spy at {args.rate} "
         "samples/s, twice: every thread on a core (core-seconds), and only the thread holding the GIL. "
         "The tokenizer's own threads pinned to one per worker, so its time is sampled where it is "
         f"called. Runs: {cpu_run['tokens'] / cpu_run['seconds'] / 1e6:.2f}M and "
         f"{gil_run['tokens'] / gil_run['seconds'] / 1e6:.2f}M tokens/s under the sampler.",
         "",
+        *(
+            [
+                f"Data: each dataset's text written {args.copies} times over (a corpus's size: zephon "
+                "reads it in chunks of 1 MiB, where the text written once gives chunks of about 70 KiB).",
+                "",
+            ]
+            if args.copies > 1
+            else []
+        ),
         "## Core-seconds per million tokens, by kind of work",
         "",
         "| work | core-s / M tokens | share (steady) | GIL-held s / M tokens |",
