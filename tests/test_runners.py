@@ -25,14 +25,14 @@ from zephon.runners.thread import ThreadExecutor
 
 def test_read_ahead_goes_deeper_only_while_the_results_held_fit_the_budget():
     ahead = ReadAhead(lanes=8, datasets=3, parallelism=2, per_worker=get_runner("process").units_ahead)
-    assert (ahead.base, ahead.want, ahead.depth) == (4, 6, 4)  # 96 chunks over 8 lanes x 3 datasets
+    assert (ahead.base, ahead.want, ahead.depth) == (3, 6, 3)  # 4 units a worker over 3 datasets
     for d in range(3):
         ahead.seen(d, 200 << 10)  # a small dataset's chunk, tokenized
     assert ahead.depth == 6  # 8 lanes x 7 chunks x 600 KiB: 33 MiB
     ahead.seen(1, 8 << 20)  # one dataset's results are megabytes: back to the chunk count
-    assert ahead.depth == 4
+    assert ahead.depth == 3
     ahead.seen(0, 100)  # smaller than seen before: the largest counts
-    assert ahead.depth == 4
+    assert ahead.depth == 3
     inline = ReadAhead.none()
     inline.seen(0, 1)
     assert inline.depth == 0
@@ -48,7 +48,8 @@ def test_read_ahead_goes_deeper_only_while_the_results_held_fit_the_budget():
 def test_read_ahead_keeps_the_chunk_count_or_fits_its_budget(lanes, datasets, workers, per_worker, sizes):
     ahead = ReadAhead(lanes, datasets, workers, per_worker)
     floor = -(-3 // datasets)
-    assert ahead.depth == max(floor, min(ahead.want, max(1, ReadAhead.MOST_CHUNKS // (lanes * datasets))))
+    most = max(1, ReadAhead.MOST_CHUNKS // (lanes * datasets))
+    assert ahead.depth == max(floor, min(-(-4 * workers // datasets), ahead.want, most))
     for d, nbytes in sizes:
         ahead.seen(d % datasets, nbytes)
         assert ahead.base <= ahead.depth <= max(ahead.base, ahead.want)

@@ -121,13 +121,13 @@ class ReadAhead:
     one number for all the lanes of a run (only the lane being made reads ahead, so its
     read-ahead is what keeps the workers busy; the others hold theirs until their turn).
 
-    It aims at ``per_worker`` units per worker across a lane's datasets (the runner's: what a
-    worker holds at once and what follows), at least three units in all. What that holds over the
-    rank's lanes is bounded: at most ``MOST_CHUNKS`` chunks, as long as no chunk has come back
-    yet, then as many as ``BUDGET`` bytes of results hold, at the largest result seen of each
-    dataset (results of a few tens of kilobytes, as small datasets' chunks give, may go deeper;
-    megabyte chunks stay at the chunk count). The depth only decides when work is asked for,
-    never what a batch holds.
+    It keeps four units per worker asked for across a lane's datasets, at least three in all and
+    at most ``MOST_CHUNKS`` chunks over the rank's lanes; deeper, up to ``per_worker`` units per
+    worker (the runner's: what a worker holds at once and what follows), only where the results
+    held over the rank's lanes fit ``BUDGET`` bytes, at the largest result seen of each dataset:
+    results of a few hundred kilobytes, as small datasets' chunks give, go deeper; megabyte ones
+    (a corpus's 1 MiB chunks) stay at the chunk count. The depth only decides when work is asked
+    for, never what a batch holds.
 
     Measured (the throughput benchmark's three small datasets, chunks of about 70 KB, two
     process workers, steady): a lane fills a window from some thirty chunks in a few tens of
@@ -143,8 +143,8 @@ class ReadAhead:
         self.lanes = lanes
         floor = -(-3 // datasets)
         self.want = max(floor, -(-per_worker * parallelism // datasets))
-        # before any result is seen: the chunk count
-        self.base = max(floor, min(self.want, max(1, self.MOST_CHUNKS // (lanes * datasets))))
+        most = max(1, self.MOST_CHUNKS // (lanes * datasets))
+        self.base = max(floor, min(-(-4 * parallelism // datasets), self.want, most))
         self.depth = self.base
         self.largest = [0] * datasets  # bytes of the largest result seen, per dataset
 
