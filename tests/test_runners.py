@@ -23,13 +23,20 @@ from zephon.runners.process import ProcessExecutor
 from zephon.runners.thread import ThreadExecutor
 
 
-def test_read_ahead_goes_deeper_only_while_the_results_held_fit_the_budget():
+def test_read_ahead_goes_as_deep_as_the_results_held_fit_the_budget():
     ahead = ReadAhead(lanes=8, datasets=3, parallelism=2, per_worker=get_runner("process").units_ahead)
-    assert (ahead.base, ahead.want, ahead.depth) == (3, 6, 3)  # 4 units a worker over 3 datasets
+    assert (ahead.floor, ahead.base, ahead.want, ahead.depth) == (1, 3, 6, 3)  # 4 units a worker
+    for d in range(2):
+        ahead.seen(d, 8 << 20)
+    assert ahead.depth == 3  # not every dataset seen yet: the chunk count
+    ahead.seen(2, 200 << 10)
+    assert ahead.depth == 1  # 8 lanes x 2 chunks x 16 MiB is over 96 MiB: one ahead
+    ahead = ReadAhead(lanes=8, datasets=3, parallelism=2, per_worker=get_runner("process").units_ahead)
     for d in range(3):
         ahead.seen(d, 200 << 10)  # a small dataset's chunk, tokenized
     assert ahead.depth == 6  # 8 lanes x 7 chunks x 600 KiB: 33 MiB
-    ahead.seen(1, 8 << 20)  # one dataset's results are megabytes: back to the chunk count
+    for d in range(3):
+        ahead.seen(d, 1 << 20)  # results of 1 MiB: 8 lanes x 4 chunks x 3 MiB = 96 MiB
     assert ahead.depth == 3
     ahead.seen(0, 100)  # smaller than seen before: the largest counts
     assert ahead.depth == 3
@@ -47,13 +54,15 @@ def test_read_ahead_goes_deeper_only_while_the_results_held_fit_the_budget():
 )  # fmt: skip
 def test_read_ahead_keeps_the_chunk_count_or_fits_its_budget(lanes, datasets, workers, per_worker, sizes):
     ahead = ReadAhead(lanes, datasets, workers, per_worker)
-    floor = -(-3 // datasets)
     most = max(1, ReadAhead.MOST_CHUNKS // (lanes * datasets))
-    assert ahead.depth == max(floor, min(-(-4 * workers // datasets), ahead.want, most))
+    assert ahead.depth == max(-(-3 // datasets), min(-(-4 * workers // datasets), ahead.want, most))
     for d, nbytes in sizes:
         ahead.seen(d % datasets, nbytes)
-        assert ahead.base <= ahead.depth <= max(ahead.base, ahead.want)
-        if ahead.depth > ahead.base:  # deeper than the chunk count only within the budget
+        if not all(ahead.largest):
+            assert ahead.depth == ahead.base
+            continue
+        assert ahead.floor <= ahead.depth <= ahead.want
+        if ahead.depth > ahead.floor:  # past three units in all only within the budget
             assert lanes * (ahead.depth + 1) * sum(ahead.largest) <= ReadAhead.BUDGET
 
 
