@@ -220,6 +220,7 @@ def main() -> None:
             "files": files,
             "weights": MIXTURE,
             "tokenizer": gpt2_tokenizer_dir(os.path.join(tmp, "gpt2")),
+            "copies": args.copies,
         }
         runs: dict[str, list[dict]] = {s: [] for s in systems}
         for rep in range(args.reps):

@@ -41,6 +41,7 @@ class Setup:
     image_size: int = 0  # > 0: image-text documents, images cut to this size (see above)
     patch: int = 16  # the side of an image patch, in pixels
     image_token: int = 50257  # the id of an image patch's placeholder: one past GPT-2's vocabulary
+    copies: int = 1  # each file holds its documents this many times over (throughput.py --copies)
 
     @property
     def tokenizer_json(self) -> str:

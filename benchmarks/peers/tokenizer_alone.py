@@ -11,10 +11,13 @@ from benchmarks.peers.common import Setup
 
 
 def _texts(setup: Setup) -> list[str]:
+    """Each dataset's documents once (a file written ``setup.copies`` times over holds them that
+    many times: the rate is over the same documents, in the same order, either way)."""
     texts = []
     for path in setup.files.values():
         with open(path) as f:
-            texts += [json.loads(line)["text"] for line in f if line.strip()]
+            lines = [line for line in f if line.strip()]
+        texts += [json.loads(line)["text"] for line in lines[: len(lines) // setup.copies]]
     return texts
 
 
