@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.functions import SlowToStart, counting_to, sleeping_for
+from support.functions import SlowToStart, counting_to, sleeping_for, sleeping_then_waiting
 
 from zephon.lanes import ReadAhead
 from zephon.runners import get_runner, handover
@@ -192,6 +192,30 @@ def test_a_process_that_never_closes_its_thread_workers_still_exits_after_their_
     lines = out.stdout.splitlines()
     assert lines[0] == "leaving" and sorted(lines[1:]) == ["done 0", "done 1"], lines
     assert time.monotonic() - begun < 30, "the queued units were not run at exit"
+
+
+@pytest.mark.parametrize("seconds, most", [(0.05, 2), (0.0, ProcessExecutor.PER_WORKER)])
+def test_a_worker_process_holds_more_units_at_once_only_while_its_units_are_quick(tmp_path, seconds, most):
+    """Slow units go to a worker two at a time (an urgent one never queues behind more than one
+    in its pipe); quick ones up to PER_WORKER (their hand-over hidden)."""
+    executor = ProcessExecutor(sleeping_then_waiting, 1, timeout=60)
+    gate = str(tmp_path / "gate")
+    try:
+        deadline = time.monotonic() + 60
+        while not executor.pool_up and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert executor.pool_up
+        for _ in range(4):  # its pace, one unit at a time
+            executor.submit((seconds, None)).result(60)
+        held = [executor.submit((0.0, gate)) for _ in range(12)]  # at the worker until the gate opens
+        time.sleep(0.2)
+        with executor.ready:
+            assert [len(w.sent) for w in executor.workers] == [most]
+        open(gate, "w").close()
+        assert all(f.result(60) == 0.0 for f in held)
+    finally:
+        open(gate, "w").close()
+        executor.shutdown()
 
 
 def test_a_process_executor_ends_its_workers_once_shut_down_and_takes_no_more_work():

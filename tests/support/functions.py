@@ -80,6 +80,17 @@ def sleeping_for(seconds: float) -> float:
     return seconds
 
 
+def sleeping_then_waiting(unit: tuple[float, str | None]) -> float:
+    """Work for a process pool: sleep ``unit[0]`` seconds, then wait until the file ``unit[1]``
+    exists (if given; at most 30 s): units that stay at a worker until the test lets them go."""
+    seconds, path = unit
+    time.sleep(seconds)
+    deadline = time.monotonic() + 30
+    while path is not None and not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    return seconds
+
+
 def counting_to(n: int):
     """Work for a process pool: the numbers 0 to n - 1 as an int64 array (n = 100,000: 800 KB)."""
     import numpy as np

@@ -187,18 +187,27 @@ class WorkerTraceback(Exception):
 
 class _Worker:
     """One worker process as its owner sees it: its pipe, the units sent down it in order (each
-    ``(future, unit)``), and since when its first one has been at work."""
+    ``(future, unit)``), since when its first one has been at work, and its pace: the seconds
+    its units take, a running average (None before the first)."""
 
     def __init__(self, process, conn):
         self.process, self.conn = process, conn
         self.sent: deque[tuple[Future, Any]] = deque()
         self.since = 0.0
+        self.pace: float | None = None
+
+    def done(self, now: float) -> None:
+        """Its first unit came back at ``now``."""
+        took = now - self.since
+        self.pace = took if self.pace is None else 0.75 * self.pace + 0.25 * took
+        self.since = now
 
 
 class ProcessExecutor(Executor):
-    """Worker processes, each sent up to ``PER_WORKER`` units at a time (to hide the hand-over:
-    a small chunk is under a millisecond of work, and with two at a worker it waited for its next
-    one half its time), most urgent first, through a pipe of its own.
+    """Worker processes, each sent up to two units at a time, most urgent first, through a pipe
+    of its own; up to ``PER_WORKER`` once its units prove ``QUICK`` (a small chunk is under a
+    millisecond of work, and with two at a worker it waited for its next one half its time; a
+    slow unit, sent ahead, would hold an urgent one behind it in the pipe).
 
     Units go down a worker's pipe from whichever thread finds it room: the one that submits, or
     this executor's one thread here, which reads every result as it comes back (a shipped one
@@ -218,6 +227,7 @@ class ProcessExecutor(Executor):
     """
 
     PER_WORKER = 4
+    QUICK = 0.002  # seconds a unit, on average: under this a worker is sent PER_WORKER at a time
 
     def __init__(self, work, parallelism: int, timeout: float, shared_memory: str | None = handover.SHM):
         check_main_is_guarded()
@@ -264,7 +274,8 @@ class ProcessExecutor(Executor):
             return
         now = time.monotonic()
         for worker in sorted(self.workers, key=lambda w: len(w.sent)):
-            while len(worker.sent) < self.PER_WORKER:
+            most = self.PER_WORKER if worker.pace is not None and worker.pace < self.QUICK else 2
+            while len(worker.sent) < most:
                 taken = self.queue.pop()
                 if taken is None:
                     return
@@ -363,7 +374,7 @@ class ProcessExecutor(Executor):
                 continue
             with self.ready:
                 future, _ = worker.sent.popleft()
-                worker.since = time.monotonic()
+                worker.done(time.monotonic())
                 self._send()
             if kind == "ok":
                 future.set_result(value)
