@@ -302,8 +302,9 @@ def _write(runs, stalls, extras, limit, args) -> None:
             [
                 f"Data: each dataset's real text written {args.copies} times over, a corpus of "
                 + ", ".join(f"{n} {b / 2**20:.0f} MiB" for n, b in args.sizes.items())
-                + ", which every system reads as such: zephon cuts a dataset over 64 MiB on 8 lanes into "
-                "chunks of 1 MiB (the text written once, 4-5 MiB, into chunks of about 70 KiB)."
+                + ", which every system reads as such: zephon cuts each into chunks of about 1 MiB (a "
+                "dataset's size over 8 chunks for each of 8 lanes, at most 1 MiB; the text written once, "
+                "4-5 MiB, into chunks of about 70 KiB)."
             ]
             if args.copies > 1
             else []
