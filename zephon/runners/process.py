@@ -204,8 +204,8 @@ class _Worker:
 
 
 class ProcessExecutor(Executor):
-    """Worker processes, each sent up to two units at a time, most urgent first, through a pipe
-    of its own; up to ``PER_WORKER`` once its units prove ``QUICK`` (a small chunk is under a
+    """Worker processes, each sent up to ``AT_ONCE`` units at a time, most urgent first, through a
+    pipe of its own; up to ``PER_WORKER`` once its units prove ``QUICK`` (a small chunk is under a
     millisecond of work, and with two at a worker it waited for its next one half its time; a
     slow unit, sent ahead, would hold an urgent one behind it in the pipe).
 
@@ -226,6 +226,7 @@ class ProcessExecutor(Executor):
     through the pipe).
     """
 
+    AT_ONCE = 2
     PER_WORKER = 4
     QUICK = 0.002  # seconds a unit, on average: under this a worker is sent PER_WORKER at a time
 
@@ -274,7 +275,7 @@ class ProcessExecutor(Executor):
             return
         now = time.monotonic()
         for worker in sorted(self.workers, key=lambda w: len(w.sent)):
-            most = self.PER_WORKER if worker.pace is not None and worker.pace < self.QUICK else 2
+            most = self.PER_WORKER if worker.pace is not None and worker.pace < self.QUICK else self.AT_ONCE
             while len(worker.sent) < most:
                 taken = self.queue.pop()
                 if taken is None:
