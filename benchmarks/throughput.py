@@ -198,6 +198,8 @@ def main() -> None:
     )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.copies < 1:
+        parser.error(f"--copies {args.copies}: give 1 or more (the times each dataset is written over)")
     if args.render:
         with open(result_path(f"{args.out}.json")) as f:
             saved = json.load(f)

@@ -178,6 +178,8 @@ def main() -> None:
     parser.add_argument("--out", default="profile", help="results file name")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.copies < 1:
+        parser.error(f"--copies {args.copies}: give 1 or more (the times each dataset is written over)")
     if args.child:
         run(args)
         return

@@ -45,3 +45,14 @@ def test_the_batch_digests_script_finds_a_change_in_the_data(tmp_path):
     differ = [sys.executable, script, "--compare", str(out), str(tmp_path / "after.json")]
     found = subprocess.run(differ, capture_output=True, text=True)
     assert found.returncode == 1 and found.stdout.strip() == "single_wrap_stop: digests changed"
+
+
+@pytest.mark.parametrize("script", ["throughput.py", "time_profile.py"])
+def test_a_benchmark_refuses_fewer_than_one_copy_and_says_what_to_give(script):
+    import subprocess
+    import sys
+
+    path = os.path.join(ROOT, "benchmarks", script)
+    run = subprocess.run([sys.executable, path, "--copies", "0"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert "--copies 0: give 1 or more" in run.stderr
