@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import json
@@ -196,7 +197,8 @@ def _seconds_to_fail_after_stopping(pipeline, iterator, workers, message) -> flo
         return time.monotonic() - start
     finally:
         for p in workers:
-            p.send_signal(signal.SIGCONT)
+            with contextlib.suppress(psutil.NoSuchProcess):  # the run may have ended it already
+                p.send_signal(signal.SIGCONT)
         pipeline.close()
 
 
@@ -323,11 +325,16 @@ def test_a_finished_run_lets_its_workers_go(tmp_path, gpt2):
     write_jsonl(str(tmp_path / "d.jsonl"), [{"text": f"document {i} " * 20} for i in range(300)])
     pipeline = Pipeline(Dataset.from_path("d", str(tmp_path / "d.jsonl"))).options(runner="process")
     pipeline = pipeline.map(shout).tokenize(gpt2).pack_flat(64).batch(1)
+    before = {p.pid for p in worker_processes()}  # those of a run an earlier failed test still holds
+
+    def this_runs_workers() -> list:
+        return [p for p in worker_processes() if p.pid not in before]
+
     assert list(pipeline), "the dataset stops: the run ends"
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and worker_processes():
+    while time.monotonic() < deadline and this_runs_workers():
         time.sleep(0.1)
-    assert not worker_processes(), "the run ended but its worker processes are still there"
+    assert not this_runs_workers(), "the run ended but its worker processes are still there"
 
 
 def _zephon_threads() -> list[str]:
@@ -366,10 +373,11 @@ def test_a_pipeline_dropped_in_the_middle_of_a_run_leaves_no_thread(make_rank):
 
 def test_lanes_are_driven_by_one_thread_however_many_there_are(corpus, gpt2):
     _no_lane_threads_left()
+    before = set(threading.enumerate())  # a run an earlier failed test still holds is not this one's
     ds = Dataset.from_path("d", corpus, exhausted="repeat")
     pipeline = Pipeline(ds).options(num_lanes=256, chunk_bytes=1024).tokenize(gpt2).pack_flat(16).batch(1)
     take(pipeline, 300)
-    assert sum(name == "zephon-lanes" for name in _zephon_threads()) == 1
+    assert [t.name for t in threading.enumerate() if t not in before].count("zephon-lanes") == 1
     pipeline.close()
 
 
