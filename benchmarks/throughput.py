@@ -285,9 +285,15 @@ def _write(runs, stalls, extras, limit, args) -> None:
         rows.append(
             (system, rate, first, stall.get("stall_share"), stall.get("longest_wait"), rss, padding, after)
         )
-    versions = {
-        p: md.version(p) for p in ("tokenizers", "fastokens", "grain", "torchdata", "torchtitan", "torch")
-    }
+
+    def version(package: str) -> str:  # a peer left out with --only need not be installed
+        try:
+            return md.version(package)
+        except md.PackageNotFoundError:
+            return "not installed"
+
+    packages = ("tokenizers", "fastokens", "grain", "torchdata", "torchtitan", "torch")
+    versions = {p: version(p) for p in packages}
     lines = [
         "# Throughput: this project, its peers and the tokenizer alone",
         "",
