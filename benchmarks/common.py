@@ -42,6 +42,13 @@ def write_copies(files: dict[str, str], copies: int) -> dict[str, int]:
     return {name: os.path.getsize(path) for name, path in files.items()}
 
 
+def refuse_fewer_than_one_copy(parser, copies: int) -> None:
+    """``--copies`` (throughput.py, time_profile.py) under 1: an argparse error saying what to give
+    (0 had divided by zero in the tokenizers-alone baseline)."""
+    if copies < 1:
+        parser.error(f"--copies {copies}: give 1 or more (the times each dataset is written over)")
+
+
 def compile_project() -> None:
     """Writes the bytecode of the project's modules, as pip does at install and Python at a first
     import, so that a run's start-up is measured as users meet it (and as the peers' installed

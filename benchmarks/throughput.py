@@ -49,6 +49,7 @@ from benchmarks.common import (  # noqa: E402
     MIXTURE,
     PeakRSS,
     compile_project,
+    refuse_fewer_than_one_copy,
     result_path,
     write_copies,
     write_json,
@@ -199,8 +200,7 @@ def main() -> None:
     )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.copies < 1:
-        parser.error(f"--copies {args.copies}: give 1 or more (the times each dataset is written over)")
+    refuse_fewer_than_one_copy(parser, args.copies)
     if args.render:
         with open(result_path(f"{args.out}.json")) as f:
             saved = json.load(f)

@@ -61,7 +61,6 @@ RUNNER_NOTE = [
 
 def run(args: argparse.Namespace) -> None:
     """The profiled process: the benchmark's pipeline until enough tokens."""
-    sys.path.insert(0, ROOT)
     from benchmarks.common import MIXTURE, write_copies
     from benchmarks.peers import zephon_self
     from benchmarks.peers.common import Setup
@@ -178,8 +177,10 @@ def main() -> None:
     parser.add_argument("--out", default="profile", help="results file name")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.copies < 1:
-        parser.error(f"--copies {args.copies}: give 1 or more (the times each dataset is written over)")
+    sys.path.insert(0, ROOT)  # benchmarks.common and benchmarks.peers, from a source checkout
+    from benchmarks.common import refuse_fewer_than_one_copy
+
+    refuse_fewer_than_one_copy(parser, args.copies)
     if args.child:
         run(args)
         return
@@ -192,7 +193,6 @@ def main() -> None:
     done = subprocess.run(child, check=True, capture_output=True, text=True)  # not sampled
     process_run = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
     lines = report(args, cpu, cpu_run, gil, gil_run, process_run)
-    sys.path.insert(0, ROOT)
     from benchmarks.common import write_result
 
     write_result(f"{args.out}.md", lines)
