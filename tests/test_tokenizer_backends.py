@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -13,6 +14,10 @@ from zephon.io import fast_tokenizer, tokenizer
 from zephon.io.tokenizer import load_tokenizer
 from zephon.testing import drain
 from zephon.testing.data import kjv_records, python_source_documents
+
+
+def _no_reference(texts):
+    raise AssertionError("the reference encoded where fastokens was to")
 
 
 @pytest.fixture
@@ -89,15 +94,69 @@ def test_until_the_fast_backend_is_loaded_the_reference_encodes(fresh_tokenizers
     big = [r["text"] for r in kjv_records()[:3000]]  # larger: waits for the fast backend
     assert sum(map(len, big)) > fast_tokenizer.FastBackend.small
     out = []
-    waiting = threading.Thread(target=lambda: out.append(tok.fast.encode_flat(big)))
+    waiting = threading.Thread(target=lambda: out.append(tok.fast.encode_flat(big, _no_reference)))
     waiting.start()
     waiting.join(0.5)
     assert waiting.is_alive() and not out  # still waiting while the loading is held
     gate.set()
     waiting.join(60)
-    ids, offsets = out[0]  # fastokens' answer, not None
+    ids, offsets = out[0]  # fastokens' answer
     assert [ids[a:b].tolist() for a, b in itertools.pairwise(offsets)] == tok.encode_batch(big)
     assert tok.backend_name == "fastokens"
+
+
+def test_while_loading_the_reference_encodes_one_call_at_a_time(fresh_tokenizers, gpt2, monkeypatch):
+    """Thread workers reading ahead must not put every chunk through the reference at once (and
+    starve the loading of a core): a second caller waits for the reference's turn or for the
+    fast backend, whichever comes first."""
+    import threading
+
+    gate = threading.Event()
+    real = fast_tokenizer.FastBackend._load
+    monkeypatch.setattr(fast_tokenizer.FastBackend, "_load", lambda self, *a: (gate.wait(), real(self, *a)))
+    monkeypatch.setattr(fast_tokenizer.FastBackend, "patience", 60.0)
+    tok = load_tokenizer(gpt2)
+    entered = {name: threading.Event() for name in ("first", "second", "third")}
+    leave = {name: threading.Event() for name in entered}
+    out = {}
+
+    def reference(name):
+        def encode(texts):
+            entered[name].set()
+            assert leave[name].wait(60)
+            return name
+
+        return encode
+
+    def call(name):
+        texts = [f"a small chunk for the {name} caller"]
+        threading.Thread(
+            target=lambda: out.setdefault(name, tok.fast.encode_flat(texts, reference(name)))
+        ).start()
+
+    call("first")
+    assert entered["first"].wait(10)
+    call("second")
+    assert not entered["second"].wait(0.5), "a second caller waits while the reference is busy"
+    leave["first"].set()
+    assert entered["second"].wait(10), "then it takes the reference's turn"
+    call("third")
+    assert not entered["third"].wait(0.5)
+    gate.set()  # the fast backend is ready before the reference's turn comes
+    assert tok.fast.wait(60)
+    deadline = time.monotonic() + 10
+    while "third" not in out and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ids, _ = out["third"]  # fastokens' answer, while the second caller still holds the reference
+    assert (
+        not entered["third"].is_set()
+        and ids.tolist() == tok.encode_batch(["a small chunk for the third caller"])[0]
+    )
+    leave["second"].set()
+    deadline = time.monotonic() + 10
+    while len(out) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert out["first"] == "first" and out["second"] == "second"
 
 
 def test_batches_are_the_same_with_either_backend(fresh_tokenizers, corpus, gpt2, monkeypatch):
@@ -166,13 +225,13 @@ def test_hostile_texts_get_the_same_ids_from_both_backends_within_seconds(fresh_
     assert tok.fast.wait(), "fastokens must be on, or this compares the reference with itself"
     for name, text in hostile_texts().items():
         began = time.perf_counter()
-        ids, offsets = tok.fast.encode_flat([text, "after"])
+        ids, offsets = tok.fast.encode_flat([text, "after"], _no_reference)
         fast_s, began = time.perf_counter() - began, time.perf_counter()
         want = tok.encode_batch([text, "after"])  # the reference, Hugging Face tokenizers
         reference_s = time.perf_counter() - began
         assert [ids[a:b].tolist() for a, b in itertools.pairwise(offsets)] == want, name
         assert fast_s < 5 and reference_s < 5, f"{name}: {fast_s:.1f} s, {reference_s:.1f} s"
-    special = tok.fast.encode_flat(["a<|endoftext|>b"])[0].tolist()
+    special = tok.fast.encode_flat(["a<|endoftext|>b"], _no_reference)[0].tolist()
     assert special == tok.encode_batch(["a<|endoftext|>b"])[0] and 50256 in special, (
         "a special token inside text is that token, in both backends"
     )
@@ -185,7 +244,7 @@ def test_neither_backend_encodes_a_lone_surrogate(fresh_tokenizers, gpt2):
     assert tok.fast.wait()
     for text in ["a\ud800b", "\udfff", "x\ud83d"]:
         with pytest.raises((TypeError, UnicodeError)):
-            tok.fast.encode_flat([text])
+            tok.fast.encode_flat([text], _no_reference)
         with pytest.raises((TypeError, UnicodeError)):
             tok.encode_batch([text])
 

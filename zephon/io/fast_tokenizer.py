@@ -29,6 +29,8 @@ import os
 import random
 import threading
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 VERDICTS = os.path.join("~", ".cache", "zephon", "tokenizers")
@@ -90,14 +92,18 @@ class FastBackend:
 
     It loads in a background thread (building it takes a few tenths of a second, on a core of
     its own: it releases the GIL; probing takes as much again the first time), started before
-    the reference is built, which joins it with :meth:`attach`. Until it is ready,
-    :meth:`encode_flat` answers None for texts of up to ``small`` characters, so that the
-    reference encodes them (a run's first chunks: the reference is done with one in tens of
-    milliseconds, while the loading has tenths of a second to go), and waits for it up to
-    ``patience`` seconds for larger ones: the reference would take longer over them (a 1 MiB
-    chunk is about a third of a second for it on one core, a few milliseconds for fastokens)
-    and compete for the cores the loading needs. Past that, and wherever it is not exact,
-    :meth:`encode_flat` answers None and the reference encodes: the same ids either way.
+    the reference is built, which joins it with :meth:`attach`. Until it is ready, the
+    reference encodes texts of up to ``small`` characters (a run's first chunks: the reference
+    is done with one in tens of milliseconds, while the loading has tenths of a second to go),
+    **one call at a time**: thread workers reading ahead would otherwise put every chunk in
+    sight through the reference, on every core, and starve the loading of the core it needs
+    (measured: two thread workers sent a second and a half of CPU through the reference over
+    a run of 8M tokens, the inline runner a tenth of a second). A caller that finds the
+    reference busy waits for whichever comes first, the reference or the fast backend.
+    Larger texts wait for the fast backend up to ``patience`` seconds: the reference would take
+    longer over them (a 1 MiB chunk is about a third of a second for it on one core, a few
+    milliseconds for fastokens) and compete for the cores the loading needs. Past that, and
+    wherever it is not exact, the reference encodes: the same ids either way.
     """
 
     patience = 5.0
@@ -108,6 +114,9 @@ class FastBackend:
         self.attached = threading.Event()
         self.on, self.sampled, self.lock = True, False, threading.Lock()
         self.ready = threading.Event()
+        # while loading: the callers encoding with the reference (one, but for those past
+        # patience); notified when one is done and when the loading is
+        self.turn, self.referencing = threading.Condition(), 0
         # not a daemon: the interpreter waits for it at exit (under a second) instead of stopping
         # it inside fastokens' native code, which aborts the process (SIGABRT)
         threading.Thread(
@@ -130,7 +139,9 @@ class FastBackend:
             log.info("zephon: fastokens cannot load this tokenizer (%s); using tokenizers", e)
             verdict = False
         self.fast, self.on = (fast, True) if verdict else (None, False)
-        self.ready.set()
+        with self.turn:
+            self.ready.set()
+            self.turn.notify_all()
 
     def attach(self, reference) -> None:
         """The reference tokenizer (Hugging Face ``tokenizers``) to probe and sample against."""
@@ -141,12 +152,23 @@ class FastBackend:
         """Whether it is on, once loaded and probed (False if not loaded within ``timeout``)."""
         return self.ready.wait(timeout) and self.on
 
-    def encode_flat(self, texts: list[str]):
-        """(ids uint32, offsets int64 [n + 1]) or None where the reference must be used."""
+    def encode_flat(self, texts: list[str], reference: Callable[[list[str]], Any]):
+        """(ids uint32, offsets int64 [n + 1]) from fastokens, or ``reference(texts)`` where the
+        reference must encode (see the class)."""
         if not self.ready.is_set() and sum(map(len, texts)) <= self.small:
-            return None  # the reference is done with these before the loading would be
+            with self.turn:  # the reference's turn, or the fast backend, whichever comes first
+                self.turn.wait_for(lambda: self.ready.is_set() or not self.referencing, self.patience)
+                mine = not self.ready.is_set()  # its turn (or past patience: the reference anyway)
+                self.referencing += mine
+            if mine:
+                try:
+                    return reference(texts)
+                finally:
+                    with self.turn:
+                        self.referencing -= 1
+                        self.turn.notify()
         if not self.wait(self.patience):
-            return None
+            return reference(texts)
         ids, offsets = _flat(self.fast, texts)
         with self.lock:
             sample, self.sampled = not self.sampled, True
@@ -158,7 +180,7 @@ class FastBackend:
                 log.warning(
                     "zephon: fastokens differs from tokenizers on %r; using tokenizers", different[:80]
                 )
-                return None
+                return reference(texts)
         return ids, offsets
 
 

@@ -100,10 +100,10 @@ class HFTokenizer(TextTokenizer):
         return [e.ids for e in fast(texts, add_special_tokens=False)]
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        flat = self.fast.encode_flat(texts) if self.fast is not None else None
-        if flat is None:
+        if self.fast is None:
             return super().encode_flat(texts)
-        return flat[0].view(np.int32), flat[1]
+        ids, offsets = self.fast.encode_flat(texts, super().encode_flat)
+        return ids.view(np.int32), offsets
 
     @property
     def backend_name(self) -> str:
