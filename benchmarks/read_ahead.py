@@ -10,7 +10,7 @@ lanes to come, so that a trainer never waits); a run stopped after a few million
 that read-ahead unused, a long one uses it. (Process workers tokenize in their own processes,
 out of this count's reach; they read ahead as far.) Writes ``benchmarks/results/read_ahead.txt``.
 
-    python benchmarks/read_ahead.py [--tokens 8000000 40000000]
+    python benchmarks/read_ahead.py [--tokens 8000000 40000000 200000000]
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--tokens", type=int, nargs="+", default=[8_000_000, 40_000_000])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[8_000_000, 40_000_000, 200_000_000])
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, ROOT)  # benchmarks.common and benchmarks.peers, from a source checkout
