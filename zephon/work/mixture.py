@@ -300,7 +300,7 @@ class Mixer:
         else:
             d = self._pick(limit)
             piece = self._cut(d, limit, False)
-            if runs and len(piece) < limit and piece.stop == self.bounds[d][piece.doc + 1]:
+            if runs and piece.stop - piece.start < limit and piece.stop == self.bounds[d][piece.doc + 1]:
                 piece.stop = self._run_stop(piece, limit)
         self._advance(piece.dataset, piece)
         return piece
@@ -337,45 +337,57 @@ class Mixer:
         its dataset. Whether it takes the ``j``-th of them is a prefix property: the key of ``d``
         only grows with ``j`` (each document adds its tokens before the next one's half), the
         others' keys only shrink (the room left for their next piece shrinks), so the documents
-        it takes are the first ``k``, and ``k`` is found by galloping from the length of this
-        dataset's last run (runs of one dataset are alike), then bisecting, over the same
-        comparisons as :func:`pick`: a few of them, where one by one took ``k``."""
+        it takes are the first ``k``, and ``k`` is found by galloping from a guess, then
+        bisecting, over the same comparisons as :func:`pick`: a few of them, where one by one
+        took ``k``. The guess: by tokens, where the key of ``d`` passes the lowest of the others'
+        keys as they stand now, found by bisecting the chunk's document offsets (the key of
+        document ``i`` grows with ``offsets[i] + offsets[i + 1]``): at most one document off
+        while the room left does not bind, and so two comparisons; by documents, the length of
+        this dataset's last run. The guess only sets where the search starts, never its answer."""
         d, bounds = piece.dataset, self.bounds[piece.dataset]
         first = piece.doc + 1
         n = len(bounds) - 1 - first  # documents after the piece's, in its chunk
         if n <= 0:
             return piece.stop
-        k = first_false(self._run_rule(piece, limit, first), n, self.hints[d])
+        takes, due = self._run_rule(piece, limit, first)
+        # by tokens: the first document whose midpoint lies past where d comes due, less one
+        guess = self.hints[d] if due is None else bisect.bisect_left(bounds, due, first) - first - 1
+        k = first_false(takes, n, guess)
         self.hints[d] = k
         return min(bounds[first + k], piece.start + limit)  # the last one cut where the room ends
 
-    def _run_rule(self, piece: Piece, limit: int, first: int) -> Callable[[int], bool]:
+    def _run_rule(self, piece: Piece, limit: int, first: int) -> tuple[Callable[[int], bool], float | None]:
         """Whether the rule would take document ``first + j`` of ``piece``'s chunk (as a piece of
-        at most the room left) right after the ``j`` before it, by the comparisons of :func:`pick`."""
+        at most the room left) right after the ``j`` before it, by the comparisons of :func:`pick`;
+        and, by tokens, the offset into the chunk past which a document's midpoint makes the key
+        of ``d`` pass the lowest of the others' keys with the room left now (None by documents)."""
         d, tokens, bounds = piece.dataset, self.unit == "tokens", self.bounds[piece.dataset]
-        others = [
-            (e < d, self.used[e], self._remaining(e) if tokens else (self.offsets[e] == 0) / 2, share)
-            for e, share in enumerate(self.shares)
-            if e != d
-        ]
         used, share, begun, start = self.used[d], self.shares[d], self.offsets[d] == 0, piece.start
+        space, lowest, others = limit - bounds[first] + start, math.inf, []
+        for e, s in enumerate(self.shares):
+            if e != d:
+                rem = self._remaining(e) if tokens else (self.offsets[e] == 0) / 2
+                others.append((e < d, self.used[e], rem, s))
+                if tokens:
+                    lowest = min(lowest, (self.used[e] + (rem if rem < space else space) / 2) / s)
 
         def takes(j: int) -> bool:
-            before = bounds[first + j] - start
-            space = limit - before
+            here = bounds[first + j]
+            space = limit - here + start
             if space <= 0:
                 return False
             if tokens:
-                mine = (used + before + min(bounds[first + j + 1] - bounds[first + j], space) / 2) / share
+                length = bounds[first + j + 1] - here
+                mine = (used + here - start + (length if length < space else space) / 2) / share
             else:
                 mine = (used + begun + j + 0.5) / share
             for lower, u, rem, s in others:
-                theirs = (u + min(rem, space) / 2) / s if tokens else (u + rem) / s
+                theirs = (u + (rem if rem < space else space) / 2) / s if tokens else (u + rem) / s
                 if mine > theirs or (mine == theirs and lower):
                     return False
             return True
 
-        return takes
+        return takes, (lowest * share - used + start) if tokens else None
 
     def _cut(self, d: int, limit: int, runs: bool) -> Piece:
         docs, bounds, doc = self.heads[d], self.bounds[d], self.docs[d]
@@ -394,7 +406,8 @@ class Mixer:
             begun = bisect.bisect_left(bounds, piece.stop, 0, len(bounds) - 1)  # starts before stop
             self.used[d] += begun - self.docs[d] - (self.offsets[d] > 0)
         self.docs[d], self.offsets[d] = last, piece.stop - bounds[last]
-        self._settle(d)
+        if last >= len(bounds) - 1:  # past its chunk's last document (else _settle has nothing to do)
+            self._settle(d)
 
     # -- positions --------------------------------------------------------------------------
 
