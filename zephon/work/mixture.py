@@ -364,12 +364,18 @@ class Mixer:
         d, tokens, bounds = piece.dataset, self.unit == "tokens", self.bounds[piece.dataset]
         used, share, begun, start = self.used[d], self.shares[d], self.offsets[d] == 0, piece.start
         space, lowest, others = limit - bounds[first] + start, math.inf, []
+        all_bounds, docs, offsets, all_used = self.bounds, self.docs, self.offsets, self.used
         for e, s in enumerate(self.shares):
-            if e != d:
-                rem = self._remaining(e) if tokens else (self.offsets[e] == 0) / 2
-                others.append((e < d, self.used[e], rem, s))
-                if tokens:
-                    lowest = min(lowest, (self.used[e] + (rem if rem < space else space) / 2) / s)
+            if e == d:
+                continue
+            if tokens:  # the tokens left in its document (as _remaining), and its key with this room
+                b, doc = all_bounds[e], docs[e]
+                rem = b[doc + 1] - b[doc] - offsets[e]
+                key = (all_used[e] + (rem if rem < space else space) / 2) / s
+                lowest = key if key < lowest else lowest
+            else:
+                rem = (offsets[e] == 0) / 2
+            others.append((e < d, all_used[e], rem, s))
 
         def takes(j: int) -> bool:
             here = bounds[first + j]
