@@ -10,19 +10,22 @@ pipeline inline (the three-dataset token mixture, GPT-2 BPE, 8 lanes, rows of 2,
 mixer and ``wrap`` over them alone (no reading, no tokenizing: the chunks are at hand), windows of
 256 rows, ``--reps`` times, and reports the best time per piece and per million tokens, with a
 digest of the pieces taken (dataset, document, start, stop): a change to the mixer that keeps
-the digest takes the same pieces. Writes ``benchmarks/results/mixer.txt``.
+the digest takes the same pieces. With ``--against`` another checkout's mixer (``git worktree
+add``) replays the same recorded chunks, each replay in a fresh process, the two alternated.
+Writes ``benchmarks/results/mixer.txt``.
 
-    python benchmarks/mixer.py [--tokens 40000000 --copies 16 1 --reps 7]
-
-To compare two checkouts, run each one's copy of this script (``git worktree add``).
+    python benchmarks/mixer.py [--tokens 40000000 --copies 16 1 --reps 7] [--against ../before]
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
+import pickle
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -96,40 +99,92 @@ def replay(rule, max_empty, heads: dict, reps: int) -> dict:
     return {"pieces": pieces, "tokens": tokens, "seconds": best, "digest": digest.hexdigest()[:16]}
 
 
+def _child(args) -> None:
+    """One step in a fresh process: record the chunks into a file, or replay them (this
+    process imports zephon from the checkout named)."""
+    kind, *rest = args
+    if kind == "record":
+        copies, tokens, path = rest
+        with open(path, "wb") as f:
+            pickle.dump(record(int(tokens), int(copies)), f)
+        return
+    checkout, path, reps = rest
+    sys.path.insert(0, checkout)
+    with open(path, "rb") as f:
+        rule, max_empty, heads = pickle.load(f)
+    print(json.dumps(replay(rule, max_empty, heads, int(reps))), flush=True)
+
+
+def _commit(checkout: str) -> str:
+    """The checkout's commit, and whether its files differ from it."""
+    git = ["git", "-C", checkout]
+    commit = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    return (commit or "not a git checkout") + (" with changes" if dirty.stdout.strip() else "")
+
+
+def _run(*args: str) -> str:
+    command = [sys.executable, os.path.abspath(__file__), "--child", *args]
+    return subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tokens", type=int, default=40_000_000, help="tokens of the recorded run")
     parser.add_argument("--copies", type=int, nargs="+", default=[16, 1], help="as throughput.py's")
-    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--reps", type=int, default=7, help="fresh processes per checkout, alternated")
+    parser.add_argument("--against", help="another checkout whose mixer replays the same chunks")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, ROOT)  # benchmarks.common and benchmarks.peers, from a source checkout
+    if args.child:
+        _child(args.child)
+        return
     from benchmarks.common import refuse_fewer_than_one_copy, write_result
 
     for copies in args.copies:
         refuse_fewer_than_one_copy(parser, copies)
+    checkouts = {f"this checkout ({_commit(ROOT)})": ROOT}
+    if args.against:
+        checkouts[f"--against ({_commit(args.against)})"] = os.path.abspath(args.against)
+    command = f"python benchmarks/mixer.py --tokens {args.tokens} --copies {' '.join(map(str, args.copies))} "
+    command += f"--reps {args.reps}" + (f" --against {args.against}" if args.against else "")
     lines = [
         "# The lane's mixer and wrap packer alone",
         "",
-        f"`python benchmarks/mixer.py --tokens {args.tokens} --copies {' '.join(map(str, args.copies))} "
-        f"--reps {args.reps}` on {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}: "
+        f"`{command}` on {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}: "
         "lane 0's mixer and wrap (rows of 2,049, windows of 256 rows) replayed over the chunks it "
-        "fetched in an inline run of the throughput benchmark's pipeline; best of the reps.",
+        "fetched in an inline run of the throughput benchmark's pipeline; the best of 3 replays in "
+        f"each of {args.reps} fresh processes per checkout, the checkouts alternated.",
         "",
-        "| data | pieces | tokens | us per piece | core-s per M tokens | pieces' digest |",
-        "|---|---:|---:|---:|---:|---|",
+        "| data | mixer | pieces | tokens | us per piece | core-s per M tokens | vs this checkout | digest |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
-    for copies in args.copies:
-        rule, max_empty, heads = record(args.tokens, copies)
-        r = replay(rule, max_empty, heads, args.reps)
-        data = f"text written {copies} times over" if copies > 1 else "text written once"
-        lines.append(
-            f"| {data} | {r['pieces']:,} | {r['tokens']:,} | {r['seconds'] / r['pieces'] * 1e6:.2f} | "
-            f"{r['seconds'] / r['tokens'] * 1e6:.4f} | {r['digest']} |"
-        )
-        print(lines[-1], flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for copies in args.copies:
+            path = os.path.join(tmp, f"chunks{copies}.pickle")
+            _run("record", str(copies), str(args.tokens), path)
+            best: dict[str, dict] = {}
+            for _ in range(args.reps):
+                for name, checkout in checkouts.items():
+                    r = json.loads(_run("replay", checkout, path, "3").strip().splitlines()[-1])
+                    if name not in best or r["seconds"] < best[name]["seconds"]:
+                        best[name] = r
+            data = f"text written {copies} times over" if copies > 1 else "text written once"
+            ours = best[next(iter(checkouts))]["seconds"]
+            for name, r in best.items():
+                lines.append(
+                    f"| {data} | {name} | {r['pieces']:,} | {r['tokens']:,} | "
+                    f"{r['seconds'] / r['pieces'] * 1e6:.2f} | {r['seconds'] / r['tokens'] * 1e6:.4f} | "
+                    f"{r['seconds'] / ours:.2f}x | {r['digest']} |"
+                )
+                print(lines[-1], flush=True)
     write_result("mixer.txt", lines)
 
 
