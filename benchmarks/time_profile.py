@@ -29,7 +29,8 @@ from collections import Counter
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # kind of work -> function names (py-spy's, without the file) that mark it, first match wins,
-# searched from the innermost frame out
+# searched from the innermost frame out; a name also marks what is defined inside it (a class's
+# methods, a function's comprehensions): "Batch" marks "Batch.tokens_per_dataset.<locals>..."
 KINDS = {
     "start-up (imports, tokenizer load and probes, planning)": (
         "_find_and_load", "FastBackend._load", "HFTokenizer.__init__", "first_difference", "lane_plan",
@@ -42,7 +43,7 @@ KINDS = {
     "mixer (which document next)": ("Mixer.take", "Mixer._settle", "Mixer.__init__"),
     "pack (rows laid out, shuffled order)": ("build_rows", "by_row", "wrap", "best_fit", "PackFlat.fill"),
     "batch and delivery (counts, state)": (
-        "BatchRows.split", "_Delivery", "LaneDriver", "Made", "lane_batches",
+        "BatchRows.split", "_Delivery", "LaneDriver", "Made", "lane_batches", "Batch", "_Driven",
     ),
     "runner (queues, futures)": (
         "UrgentQueue", "WorkerThreads", "ProcessExecutor", "ChunkStreams", "Future",
@@ -112,7 +113,7 @@ def read_raw(raw: str) -> list[tuple[list[str], int]]:
 def kind_of(frames: list[str]) -> str:
     for frame in reversed(frames):
         for kind, names in KINDS.items():
-            if frame in names:
+            if frame in names or frame.startswith(tuple(n + "." for n in names)):
                 return kind
     return "other"
 

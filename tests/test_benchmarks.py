@@ -47,7 +47,7 @@ def test_the_batch_digests_script_finds_a_change_in_the_data(tmp_path):
     assert found.returncode == 1 and found.stdout.strip() == "single_wrap_stop: digests changed"
 
 
-@pytest.mark.parametrize("script", ["throughput.py", "time_profile.py"])
+@pytest.mark.parametrize("script", ["throughput.py", "time_profile.py", "mixer.py"])
 def test_a_benchmark_refuses_fewer_than_one_copy_and_says_what_to_give(script):
     import subprocess
     import sys
@@ -56,3 +56,18 @@ def test_a_benchmark_refuses_fewer_than_one_copy_and_says_what_to_give(script):
     run = subprocess.run([sys.executable, path, "--copies", "0"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2
     assert "--copies 0: give 1 or more" in run.stderr
+
+
+def test_the_profile_counts_a_class_s_methods_and_comprehensions_under_its_kind():
+    import importlib
+
+    import benchmarks.time_profile as profile
+
+    importlib.reload(profile)
+    delivery = "batch and delivery (counts, state)"
+    consumer = "consumer (the benchmark's loop)"
+    count = ["run", "_Delivery.__iter__", "Batch.tokens_per_dataset.<locals>.<listcomp>", "count_nonzero"]
+    assert profile.kind_of(count) == delivery, "the delivery's own counting is not the benchmark's loop"
+    assert profile.kind_of(["run", "_Iterator.__next__"]) == consumer
+    assert profile.kind_of(["Thread.run", "Mixer.take", "Mixer._run_rule.<locals>.takes"]).startswith("mixer")
+    assert profile.kind_of(["Thread.run", "Mixer.takeover"]) == "other", "a prefix is a whole name"
