@@ -42,6 +42,19 @@ def write_copies(files: dict[str, str], copies: int) -> dict[str, int]:
     return {name: os.path.getsize(path) for name, path in files.items()}
 
 
+def text_setup(tmp: str, copies: int = 1, **fields):
+    """The throughput benchmark's ``Setup`` (``benchmarks.peers.common``) over the real text of
+    ``zephon.testing.data`` written under ``tmp``, each file ``copies`` times over: the three
+    datasets mixed by ``MIXTURE``, GPT-2 BPE; ``fields`` as ``Setup``'s (runner, workers, options)."""
+    from benchmarks.peers.common import Setup
+    from zephon.testing import gpt2_tokenizer_dir
+    from zephon.testing.data import real_text_corpora
+
+    files = {name: path for name, (path, _) in real_text_corpora(tmp).items()}
+    write_copies(files, copies)
+    return Setup(files, MIXTURE, gpt2_tokenizer_dir(os.path.join(tmp, "gpt2")), **fields)
+
+
 def refuse_fewer_than_one_copy(parser, copies: int) -> None:
     """``--copies`` (throughput.py, time_profile.py) under 1: an argparse error saying what to give
     (0 had divided by zero in the tokenizers-alone baseline)."""

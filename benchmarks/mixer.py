@@ -36,11 +36,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def record(tokens: int, copies: int) -> tuple:
     """Lane 0's mix rule, its ``max_empty`` and every chunk its mixer fetched, by (dataset,
     chunk, record), from an inline run of the benchmark's pipeline."""
-    from benchmarks.common import MIXTURE, write_copies
+    from benchmarks.common import text_setup
     from benchmarks.peers import zephon_self
-    from benchmarks.peers.common import Setup
-    from zephon.testing import gpt2_tokenizer_dir
-    from zephon.testing.data import real_text_corpora
     from zephon.work import mixture
 
     kept: dict = {}
@@ -60,10 +57,7 @@ def record(tokens: int, copies: int) -> tuple:
     mixture.Mixer.__init__ = keeping
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            files = {name: path for name, (path, _) in real_text_corpora(tmp).items()}
-            write_copies(files, copies)
-            setup = Setup(files, MIXTURE, gpt2_tokenizer_dir(os.path.join(tmp, "gpt2")), method="inline",
-                          options={"backend": "auto"})  # fmt: skip
+            setup = text_setup(tmp, copies, method="inline", options={"backend": "auto"})
             done = 0
             for out in zephon_self.batches(setup):
                 done += int(out.valid.sum())

@@ -31,12 +31,9 @@ def child(runner: str, workers: int, tokens: int) -> None:
     """One run, in this fresh process: prints its delivered and tokenized tokens as JSON."""
     import threading
 
-    from benchmarks.common import MIXTURE
+    from benchmarks.common import text_setup
     from benchmarks.peers import zephon_self
-    from benchmarks.peers.common import Setup
     from zephon.ops.tokenize import Tokenize
-    from zephon.testing import gpt2_tokenizer_dir
-    from zephon.testing.data import real_text_corpora
 
     made, lock, work = [0], threading.Lock(), Tokenize.work
 
@@ -48,9 +45,7 @@ def child(runner: str, workers: int, tokens: int) -> None:
 
     Tokenize.work = counted
     with tempfile.TemporaryDirectory() as tmp:
-        files = {name: path for name, (path, _) in real_text_corpora(tmp).items()}
-        setup = Setup(files, MIXTURE, gpt2_tokenizer_dir(os.path.join(tmp, "gpt2")), method=runner,
-                      workers=workers, options={"backend": "auto"})  # fmt: skip
+        setup = text_setup(tmp, method=runner, workers=workers, options={"backend": "auto"})
         p = zephon_self.pipeline(setup)
         done = 0
         try:

@@ -62,17 +62,12 @@ RUNNER_NOTE = [
 
 def run(args: argparse.Namespace) -> None:
     """The profiled process: the benchmark's pipeline until enough tokens."""
-    from benchmarks.common import MIXTURE, write_copies
+    from benchmarks.common import text_setup
     from benchmarks.peers import zephon_self
-    from benchmarks.peers.common import Setup
-    from zephon.testing import gpt2_tokenizer_dir
-    from zephon.testing.data import real_text_corpora
 
     with tempfile.TemporaryDirectory() as tmp:
-        files = {name: path for name, (path, _) in real_text_corpora(tmp).items()}
-        write_copies(files, args.copies)
-        setup = Setup(files, MIXTURE, gpt2_tokenizer_dir(os.path.join(tmp, "gpt2")), method=args.runner,
-                      workers=args.workers, options={"backend": args.backend})  # fmt: skip
+        setup = text_setup(tmp, args.copies, method=args.runner, workers=args.workers,
+                           options={"backend": args.backend})  # fmt: skip
         done, start, steady = 0, time.perf_counter(), None
         for out in zephon_self.batches(setup):
             done += int(out.valid.sum())
@@ -110,10 +105,14 @@ def read_raw(raw: str) -> list[tuple[list[str], int]]:
     return out
 
 
+# each kind's names as prefixes of what is defined inside them ("Batch." for "Batch.tokens_per_dataset")
+_INSIDE = {kind: tuple(name + "." for name in names) for kind, names in KINDS.items()}
+
+
 def kind_of(frames: list[str]) -> str:
     for frame in reversed(frames):
         for kind, names in KINDS.items():
-            if frame in names or frame.startswith(tuple(n + "." for n in names)):
+            if frame in names or frame.startswith(_INSIDE[kind]):
                 return kind
     return "other"
 

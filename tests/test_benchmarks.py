@@ -59,11 +59,8 @@ def test_a_benchmark_refuses_fewer_than_one_copy_and_says_what_to_give(script):
 
 
 def test_the_profile_counts_a_class_s_methods_and_comprehensions_under_its_kind():
-    import importlib
-
     import benchmarks.time_profile as profile
 
-    importlib.reload(profile)
     delivery = "batch and delivery (counts, state)"
     consumer = "consumer (the benchmark's loop)"
     count = ["run", "_Delivery.__iter__", "Batch.tokens_per_dataset.<locals>.<listcomp>", "count_nonzero"]

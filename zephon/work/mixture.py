@@ -238,7 +238,7 @@ class Mixer:
         self.heads: list[Any] = [None] * n  # the tokenized chunk at each position
         self.bounds: list[list[int] | None] = [None] * n  # heads[d].offsets, as a list
         self.docs = [0] * n  # document index into heads[d]
-        self.hints = [0] * n  # the length of each dataset's last run: where the next one is sought
+        self.hints = [0] * n  # by documents: each dataset's last run's length, where the next is sought
         self.counters: dict[str, int] = {}  # of the chunks entered since the last take_counters
         self.ended = False
         for d, position in enumerate(state.positions):
