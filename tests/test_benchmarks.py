@@ -68,3 +68,15 @@ def test_the_profile_counts_a_class_s_methods_and_comprehensions_under_its_kind(
     assert profile.kind_of(["run", "_Iterator.__next__"]) == consumer
     assert profile.kind_of(["Thread.run", "Mixer.take", "Mixer._run_rule.<locals>.takes"]).startswith("mixer")
     assert profile.kind_of(["Thread.run", "Mixer.takeover"]) == "other", "a prefix is a whole name"
+
+
+@pytest.mark.slow
+def test_the_mixer_benchmark_refuses_a_run_too_short_for_one_window_and_says_what_to_give():
+    import subprocess
+    import sys
+
+    path = os.path.join(ROOT, "benchmarks", "mixer.py")
+    command = [sys.executable, path, "--tokens", "1000000", "--copies", "1", "--reps", "1"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "--tokens 1000000: lane 0 fetched too little" in run.stderr and "give at least" in run.stderr
