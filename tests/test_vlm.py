@@ -72,7 +72,10 @@ def image_bytes(record: dict, field: str) -> bytes:
 def pipeline(ds, layout, gpt2, world=1, rank=0, runner="thread", parallelism=2, lanes=4, **kw):
     image, text = fields(layout)
     p = Pipeline(ds).options(num_lanes=lanes, dp_rank=rank, dp_world_size=world, runner=runner, chunk_size=16)
-    p = p.images(field=image, size=16, patch=8, resize=kw.get("resize", "crop"), parallelism=parallelism)
+    p = p.images(
+        field=image, size=16, patch=8, resize=kw.get("resize", "crop"), parallelism=parallelism,
+        resizer=kw.get("resizer", "pillow"),
+    )  # fmt: skip
     p = p.tokenize(gpt2, field=text, image_token=IMAGE_TOKEN, parallelism=parallelism)
     p = p.pack_flat(40, algorithm=kw.get("algorithm", "wrap"))
     return (p.shuffle(kw["shuffle"], seed=3) if kw.get("shuffle") else p).batch(2)
@@ -382,6 +385,19 @@ def test_image_text_steps_are_the_same_on_any_dp_size_runner_and_resume(layouts,
     rest, _ = run_job(make("thread"), 4, 3, per_lane=2, state=state)
     assert {**first, **rest} == want
     assert len(set(want.values())) == 6
+
+
+def test_with_the_torch_resizer_steps_are_the_same_on_any_dp_size_runner_and_resume(layouts, gpt2):
+    ds = dataset(layouts, "parquet", exhausted="repeat")
+
+    def make(runner, resizer="torch"):
+        return lambda world, rank: pipeline(ds, "parquet", gpt2, world, rank, runner, resizer=resizer)
+
+    want, _ = run_job(make("inline"), 1, 4, per_lane=2)
+    first, state = run_job(make("process"), 2, 2, per_lane=2)
+    rest, _ = run_job(make("thread"), 4, 2, per_lane=2, state=state)
+    assert {**first, **rest} == want
+    assert run_job(make("inline", "pillow"), 1, 4, per_lane=2)[0] != want, "the pixels are in the digests"
 
 
 def test_image_text_pipelines_restore_at_every_step(layouts, gpt2):

@@ -96,14 +96,14 @@ class Pipeline:
     def images(
         self, field: str = "image", size: int = 224, patch: int = 16, resize: str = "crop",
         mean: tuple[float, float, float] = (0.5, 0.5, 0.5), std: tuple[float, float, float] = (0.5, 0.5, 0.5),
-        parallelism: int | None = None, decoder: str = DEFAULT_DECODER,
+        parallelism: int | None = None, decoder: str = DEFAULT_DECODER, resizer: str = "pillow",
     ) -> Pipeline:  # fmt: skip
         """Decodes, resizes and cuts ``record[field]`` into patches (see ``zephon.ops.images``);
         then ``tokenize(image_token=...)`` gives one token per patch. ``decoder``: the library that
-        decodes (``zephon.ops.decoders``)."""
+        decodes (``zephon.ops.decoders``), ``resizer``: what resizes (``"pillow"`` or ``"torch"``)."""
         if any(isinstance(op, Images) for op in self._ops):
             raise ValueError("a pipeline takes one images() step (one patch size for all images)")
-        return self._then(Images(field, size, patch, resize, mean, std, parallelism, decoder))
+        return self._then(Images(field, size, patch, resize, mean, std, parallelism, decoder, resizer))
 
     def tokenize(
         self, tokenizer_id: str, field: str = "text", parallelism: int | None = None,

@@ -48,9 +48,13 @@ def _install(payload: bytes, owner: int, ship: str | None) -> None:
     global _WORK, _SHIP
     _SHIP = ship
     _end_with(owner)
-    # one thread per worker in the tokenizers' own pools: the runner's parallelism is the knob
-    for name in ("FASTOKENS_BPE_THREADS", "RAYON_NUM_THREADS"):
+    # one thread per worker in the tokenizers' own pools and torch's (images(resizer="torch")): the
+    # runner's parallelism is the knob. torch reads OMP_NUM_THREADS where it is imported after this;
+    # where the fork server imported it already (a training script's main module does), it is told
+    for name in ("FASTOKENS_BPE_THREADS", "RAYON_NUM_THREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(name, "1")
+    if "torch" in sys.modules and os.environ["OMP_NUM_THREADS"].isdigit():
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     _WORK = pickle.loads(payload)
 
 
