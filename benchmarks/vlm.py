@@ -69,10 +69,15 @@ IMAGE_TOKEN = 50257  # one past GPT-2's vocabulary
 REPEATS = 8  # the photographs, repeated: 240 rows, about 50 MB of Parquet
 
 
+# zephon with each resizer (images(resizer=...)), and Grain's two layouts
+KINDS = ("zephon thread", "zephon process", "zephon thread torch", "zephon process torch", "Grain fastest",
+         "Grain invariant")  # fmt: skip
+
+
 def systems() -> list[str]:
     out = []
     for p in range(1, CORES + 1):
-        out += [f"zephon thread x{p}", f"zephon process x{p}", f"Grain fastest x{p}", f"Grain invariant x{p}"]
+        out += [f"{kind} x{p}" for kind in KINDS]
     return out
 
 
@@ -95,11 +100,12 @@ def make_data(folder: str) -> tuple[str, str]:
 
 
 def batches(system: str, path: str, tok: str, decoder: str = "pillow"):
-    """The microbatches (``peers.common.Out``) of ``system``, e.g. "zephon thread x2"."""
+    """The microbatches (``peers.common.Out``) of ``system``, e.g. "zephon thread x2" or "zephon
+    process torch x1" (resized by torch)."""
     from benchmarks.peers.common import Setup
 
     kind, workers = system.rsplit(" x", 1)
-    name, how = kind.split()
+    name, how, *resizer = kind.split()
     setup = Setup(
         files={"photos": path}, weights={"photos": 1.0}, tokenizer=tok, seq_len=SEQ, microbatch=MICROBATCH,
         shuffle=16, workers=int(workers), image_size=SIZE, patch=PATCH, image_token=IMAGE_TOKEN,
@@ -107,7 +113,9 @@ def batches(system: str, path: str, tok: str, decoder: str = "pillow"):
     if name == "zephon":
         from benchmarks.peers import zephon_self
 
-        return zephon_self.batches(replace(setup, method=how, options={"decoder": decoder}))
+        return zephon_self.batches(
+            replace(setup, method=how, options={"decoder": decoder, "resizer": (resizer or ["pillow"])[0]})
+        )
     from benchmarks.peers import grain_loader
 
     grain_setup = replace(setup, method="process", options={"read_threads": 1, "read_buffer": 4, "group": 1})
@@ -115,6 +123,8 @@ def batches(system: str, path: str, tok: str, decoder: str = "pillow"):
 
 
 def measure(system: str, path: str, tok: str, tokens: int, decoder: str = "pillow") -> dict:
+    import torch  # noqa: F401  (before the clock: a training process has it, whatever its loader)
+
     rss = PeakRSS()
     start = time.perf_counter()
     made = batches(system, path, tok, decoder)
@@ -190,14 +200,16 @@ def decoders(reps: int = 5) -> list[str]:
 
 
 def resizes(reps: int = 5) -> list[str]:
-    """The resize alone, on the decoded photographs (Pillow's draft scale): Pillow's bicubic (what
-    every decoder uses) against PyTorch's antialiased bicubic on uint8 (a port of Pillow's filter;
-    where torch is installed), one thread, and PyTorch's pixels against Pillow's."""
+    """The resize alone, on the decoded photographs (Pillow's draft scale), as ``images(resizer=...)``
+    does it: Pillow's bicubic (the default, after every decoder) against PyTorch's antialiased
+    bicubic on uint8 (a port of Pillow's filter; where torch is installed), one thread, and
+    PyTorch's pixels against Pillow's."""
     import io
 
     import numpy as np
     from PIL import Image
 
+    from zephon.ops.images import Images
     from zephon.testing.images import photos
 
     images = []
@@ -210,23 +222,18 @@ def resizes(reps: int = 5) -> list[str]:
         s = SIZE / min(w, h)
         return max(SIZE, round(w * s)), max(SIZE, round(h * s))
 
-    def pillow(image):
-        return np.asarray(image.resize(size_of(*image.size), Image.BICUBIC))
+    def way(resizer):
+        op = Images(size=SIZE, patch=PATCH, resizer=resizer)
+        return lambda image: op._resize(image, *size_of(*image.size))
 
-    ways = {"Pillow bicubic (every decoder)": pillow}
+    pillow = way("pillow")
+    ways = {"Pillow bicubic (the default)": pillow}
     try:
         import torch
-        import torch.nn.functional as F
 
         torch.set_num_threads(1)
-
-        def pytorch(image):
-            x = torch.from_numpy(np.array(image)).permute(2, 0, 1)[None]
-            w, h = size_of(*image.size)
-            y = F.interpolate(x, size=(h, w), mode="bicubic", antialias=True)
-            return y[0].permute(1, 2, 0).numpy()
-
-        ways[f"PyTorch {torch.__version__.split('+')[0]} bicubic, antialias (not an option)"] = pytorch
+        version = torch.__version__.split("+")[0]
+        ways[f"PyTorch {version} bicubic, antialias (`images(resizer='torch')`)"] = way("torch")
     except ImportError:
         pass
     times = {name: [] for name in ways}
@@ -265,12 +272,13 @@ def main() -> None:
         return
     compile_project()  # start-up from bytecode, as at install
     names, results = systems(), {}
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # as torchrun sets it for each rank
     started = time.perf_counter()
     for rep in range(args.reps):
         for i, name in enumerate(names):
             cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "--tokens", str(args.tokens),
                    "--data", args.data, "--decoder", args.decoder]  # fmt: skip
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
             line = [x for x in out.stdout.splitlines() if x.startswith("{")]
             if out.returncode or not line:
                 print(f"{name}: failed\n{(out.stdout + out.stderr)[-2000:]}", flush=True)
@@ -305,7 +313,10 @@ def write(results: dict, args, decoder_lines: list[str]) -> None:
         "",
         f"Machine: {platform.machine()}, {CORES} CPUs, Python {platform.python_version()}; "
         f"Pillow {PIL.__version__}, grain {md.version('grain')}; zephon decodes with "
-        f"`images(decoder={args.decoder!r})`, Grain with Pillow.",
+        f"`images(decoder={args.decoder!r})` and resizes with Pillow or, where it says torch, "
+        "`images(resizer='torch')`; Grain decodes and resizes with Pillow. Each run in a process with "
+        "torch imported before the clock starts and `OMP_NUM_THREADS=1`, as a TorchTitan rank under "
+        "torchrun.",
         f"Command: `python benchmarks/vlm.py --tokens {args.tokens} --reps {args.reps}`. Medians of "
         f"{args.reps} interleaved runs, each in a fresh process, {args.tokens:,} usable tokens end to end "
         '(start-up included, from bytecode compiled as at install; "after the first batch" leaves it '
@@ -320,7 +331,7 @@ def write(results: dict, args, decoder_lines: list[str]) -> None:
     for p in range(1, CORES + 1):
         grain_best = med.get(f"Grain fastest x{p}", {}).get("tokens_per_s")
         grain_steady = med.get(f"Grain fastest x{p}", {}).get("steady")
-        for kind in ("zephon thread", "zephon process", "Grain fastest", "Grain invariant"):
+        for kind in KINDS:
             m = med.get(f"{kind} x{p}")
             if not m:
                 lines.append(f"| {p} | {kind} | failed | | | | | | | |")
@@ -357,6 +368,7 @@ def plot(med: dict, path: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     xs = list(range(1, CORES + 1))
     styles = {"zephon thread": ("C2", "o-"), "zephon process": ("C2", "s--"),
+              "zephon thread torch": ("C0", "o-"), "zephon process torch": ("C0", "s--"),
               "Grain fastest": ("C7", "o-"), "Grain invariant": ("C7", "s--")}  # fmt: skip
     for kind, (color, style) in styles.items():
         ys = [med.get(f"{kind} x{p}", {}).get("tokens_per_s") for p in xs]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.functions import SlowToStart, counting_to, sleeping_for, sleeping_then_waiting
+from support.functions import SlowToStart, ThreadCounts, counting_to, sleeping_for, sleeping_then_waiting
 
 from zephon.lanes import ReadAhead
 from zephon.runners import get_runner, handover
@@ -125,6 +125,22 @@ def test_a_pool_slow_to_start_gets_the_work_after_the_timeout():
         assert unit == "b" and pid != os.getpid()
     finally:
         executor.shutdown()
+
+
+@pytest.mark.skipif("OMP_NUM_THREADS" in os.environ, reason="the worker would keep the caller's setting")
+def test_a_worker_process_gives_the_tokenizers_and_torch_one_thread_each():
+    """The worker count is the knob: a worker's torch (images(resizer="torch")) and tokenizers do
+    not each start a thread per core."""
+    executor = ProcessExecutor(ThreadCounts(), 1, timeout=600.0)
+    try:
+        deadline = time.monotonic() + 120
+        while not executor.pool_up and time.monotonic() < deadline:
+            time.sleep(0.05)
+        counts = executor.submit("a").result(120)
+    finally:
+        executor.shutdown()
+    want = {"OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1", "FASTOKENS_BPE_THREADS": "1", "torch": 1}
+    assert counts == want
 
 
 @pytest.mark.parametrize("preset", [None, "true"])

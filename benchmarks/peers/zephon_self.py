@@ -40,6 +40,7 @@ def image_pipeline(setup: Setup):
             patch=setup.patch,
             parallelism=setup.workers,
             decoder=setup.options.get("decoder", "pillow"),
+            resizer=setup.options.get("resizer", "pillow"),
         )
         .tokenize(setup.tokenizer, image_token=setup.image_token, parallelism=setup.workers)
         .pack_flat(setup.seq_len)

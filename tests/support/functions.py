@@ -96,3 +96,14 @@ def counting_to(n: int):
     import numpy as np
 
     return np.arange(n, dtype=np.int64)
+
+
+class ThreadCounts:
+    """A unit: the threads a worker gives the tokenizers' pools and torch (imported here, in the
+    worker, as images(resizer="torch") does at its first image)."""
+
+    def __call__(self, unit):
+        import torch
+
+        names = ("OMP_NUM_THREADS", "RAYON_NUM_THREADS", "FASTOKENS_BPE_THREADS")
+        return {name: os.environ.get(name) for name in names} | {"torch": torch.get_num_threads()}
