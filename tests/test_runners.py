@@ -143,6 +143,24 @@ def test_a_worker_process_gives_the_tokenizers_and_torch_one_thread_each():
     assert counts == want
 
 
+def test_the_fork_server_imports_what_the_work_needs_once_for_every_worker():
+    from multiprocessing import forkserver
+
+    from zephon.lanes import ChunkWork
+    from zephon.ops.images import Images
+    from zephon.runners.process import PRELOAD, _context
+
+    work = ChunkWork([Images(), Images(resizer="torch"), Images(resizer="torch")], ["photos"])
+    assert work.imports == ("torch",) and ChunkWork([Images()], ["photos"]).imports == ()
+    before = getattr(forkserver._forkserver, "_preload_modules", None)
+    try:
+        _context(work.imports)
+        preload = forkserver._forkserver._preload_modules
+        assert set(PRELOAD) | {"torch"} <= set(preload) and len(preload) == len(set(preload))
+    finally:
+        forkserver._forkserver._preload_modules = before
+
+
 @pytest.mark.parametrize("preset", [None, "true"])
 def test_thread_workers_keep_hugging_face_tokenizers_to_one_thread_each(monkeypatch, preset):
     if preset is None:

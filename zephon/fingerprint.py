@@ -15,7 +15,7 @@ What shapes the data (in the fingerprint)::
     operators                    each operator's parameters (tokenizer content, field, BOS/EOS,
                                  max_length, packing, shuffle buffer and seed, microbatch size,
                                  map and filter functions' code, images' size and Pillow version
-                                 and a decoder other than Pillow with its version)
+                                 and a decoder or resizer other than Pillow with its version)
 
 What may change between save and restore (``MAY_CHANGE``): the settings below. They decide how
 fast the data comes and which process makes which lanes, never what a lane holds.

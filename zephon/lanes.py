@@ -65,6 +65,11 @@ class ChunkWork:
                 raise
             raise error from e
 
+    @property
+    def imports(self) -> tuple[str, ...]:
+        """What the operators need imported in a worker process (``WorkOperator.imports``)."""
+        return tuple(dict.fromkeys(m for op in self.ops for m in op.imports))
+
     def prepare(self) -> None:
         """Load what the operators need (a tokenizer) before the first chunk."""
         for op in self.ops:

@@ -46,6 +46,10 @@ class WorkOperator(Operator):
     def work(self, unit: Any) -> Any:
         """Turn one unit into output. Must be stateless."""
 
+    # modules ``work`` needs that a worker process would otherwise import itself: the process
+    # runner's fork server imports them once, and its workers start with them (their pages shared)
+    imports: tuple[str, ...] = ()
+
     def prepare(self) -> None:
         """Load what ``work`` needs, so that the first unit does not wait for it (a worker
         process calls this before it takes work)."""

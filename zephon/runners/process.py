@@ -139,7 +139,9 @@ def check_picklable(work) -> bytes:
 PRELOAD = ("zephon.lanes", "zephon.io", "zephon.ops", "numpy", "msgspec", "tokenizers", "fastokens")
 
 
-def _context():
+def _context(imports: tuple[str, ...] = ()):
+    """The processes' context; where it is the fork server, that server imports ``PRELOAD`` and
+    ``imports`` (the work's: ``WorkOperator.imports``) once, and its workers start with them."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
@@ -148,7 +150,7 @@ def _context():
     # added to what is asked already (the main module, by default); a fork server already running
     # keeps its own, and a module that is not installed is skipped by the fork server
     asked = list(getattr(forkserver._forkserver, "_preload_modules", None) or ["__main__"])
-    context.set_forkserver_preload(asked + [m for m in PRELOAD if m not in asked])
+    context.set_forkserver_preload(asked + [m for m in (*PRELOAD, *imports) if m not in asked])
     return context
 
 
@@ -327,7 +329,7 @@ class ProcessExecutor(Executor):
             self._end_workers()
 
     def _start_workers(self) -> None:
-        context = _context()
+        context = _context(tuple(getattr(self.work, "imports", ())))
         for k in range(self.parallelism):
             if self.queue.closed:
                 return
