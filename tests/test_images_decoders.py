@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from support.exif import STORED, jpeg, quadrants
+from support.photos import photo_pipelines
 
 from zephon.ops import decoders
 from zephon.ops.images import Images
@@ -96,22 +97,15 @@ def test_the_decoder_and_its_version_are_part_of_the_recipe(decoder):
 
 
 def test_a_checkpoint_made_with_another_decoder_is_refused_by_name(tmp_path, gpt2):
-    from zephon import Dataset, Pipeline
     from zephon.testing import drain
-    from zephon.testing.images import write_parquet
 
     if not installed("opencv"):
         pytest.skip("opencv is not installed")
-    ds = Dataset.from_path("photos", write_parquet(str(tmp_path / "p.parquet"), photos()[:4]))
-
-    def pipeline(decoder):
-        p = Pipeline(ds).options(num_lanes=1, chunk_size=2).images(size=32, patch=16, decoder=decoder)
-        return p.tokenize(gpt2, image_token=50256).pack_flat(16).batch(1)
-
-    p = pipeline("opencv")
+    pipeline = photo_pipelines(str(tmp_path), gpt2)
+    p = pipeline(decoder="opencv")
     drain(p, 1)
     with pytest.raises(ValueError, match=r"operators\[0\]\.decoder: 'opencv [^']+' -> '<absent>'"):
-        pipeline("pillow").load_state_dict(p.state_dict())
+        pipeline(decoder="pillow").load_state_dict(p.state_dict())
 
 
 def test_a_missing_decoder_library_names_what_to_pip_install(monkeypatch):

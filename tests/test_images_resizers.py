@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from support.photos import photo_pipelines
 
 from zephon.ops import decoders
 from zephon.ops.images import Images
@@ -86,20 +87,13 @@ def test_the_resizer_and_torchs_version_are_part_of_the_recipe():
 
 
 def test_a_checkpoint_made_with_another_resizer_is_refused_by_name(tmp_path, gpt2):
-    from zephon import Dataset, Pipeline
     from zephon.testing import drain
-    from zephon.testing.images import write_parquet
 
-    ds = Dataset.from_path("photos", write_parquet(str(tmp_path / "p.parquet"), photos()[:4]))
-
-    def pipeline(resizer):
-        p = Pipeline(ds).options(num_lanes=1, chunk_size=2).images(size=32, patch=16, resizer=resizer)
-        return p.tokenize(gpt2, image_token=50256).pack_flat(16).batch(1)
-
-    p = pipeline("torch")
+    pipeline = photo_pipelines(str(tmp_path), gpt2)
+    p = pipeline(resizer="torch")
     drain(p, 1)
     with pytest.raises(ValueError, match=r"operators\[0\]\.resizer: 'torch [^']+' -> '<absent>'"):
-        pipeline("pillow").load_state_dict(p.state_dict())
+        pipeline(resizer="pillow").load_state_dict(p.state_dict())
 
 
 def test_an_unknown_resizer_is_named_with_the_choices():
