@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -103,6 +105,49 @@ def test_folder_and_glob_list_shards_in_sorted_order(tmp_path):
     ]
     assert by_folder.shards() == by_glob.shards()
     assert _read_all(by_folder, 10, 500) == DOCS[:300]
+
+
+def test_a_local_file_is_named_as_fsspec_names_it_without_importing_fsspec(tmp_path, monkeypatch):
+    """Planning a dataset of local files skips fsspec (its import is a sixth of a loader's start-up),
+    so what names such a file must be fsspec's own name for it: a shard's URL is in the recipe."""
+    import fsspec
+
+    from zephon.io import dataset, remote
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "sub").mkdir()
+    write_jsonl(str(tmp_path / "sub" / "a.jsonl"), DOCS[:10])
+    absolute = str(tmp_path / "sub" / "a.jsonl")
+    given = ["sub/a.jsonl", "./sub/a.jsonl", "sub/../sub/a.jsonl", "~/sub/a.jsonl", absolute,
+             f"file://{absolute}", f"file:{absolute}", f"local://{absolute}"]  # fmt: skip
+    for url in given:
+        assert remote.protocol(url) == fsspec.utils.get_protocol(url), url
+        assert remote.local_file(url) == fsspec.core.url_to_fs(url)[1], url
+        with monkeypatch.context() as m:
+            m.setattr(dataset, "local_file", lambda url: None)  # listed by fsspec, as before
+            by_fsspec = Dataset.from_path("d", url).shards()
+        assert Dataset.from_path("d", url).shards() == by_fsspec, url
+    # a folder, a glob, a store, a chained URL, no such file: fsspec's to list
+    for url in ["sub", "sub/*.jsonl", "sub/a.json[l]", "s3://b/a.jsonl", "simplecache::sub/a.jsonl", "x"]:
+        assert remote.local_file(url) is None, url
+    for url in ["s3://b/k", "a::b://c", "x://y::z", "plain/path", "http://h/p?q=a::b", "", "::", "c:/x"]:
+        assert remote.protocol(url) == fsspec.utils.get_protocol(url), url
+
+
+def test_a_run_over_local_files_does_not_import_fsspec(tmp_path, gpt2):
+    path = write_jsonl(str(tmp_path / "a.jsonl"), DOCS)
+    script = (
+        "import sys\n"
+        "from zephon import Dataset, Pipeline\n"
+        "from zephon.testing import take\n"
+        f"p = Pipeline(Dataset.from_path('d', {path!r})).options(num_lanes=2).tokenize({gpt2!r})\n"
+        "assert len(take(p.pack_flat(64).batch(2), 3)) == 3\n"
+        "print('fsspec' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False", "a run over a local file imported fsspec"
 
 
 def test_columns_limit_the_fields_read(tmp_path):

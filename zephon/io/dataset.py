@@ -8,9 +8,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-import fsspec
 import numpy as np
-from fsspec.utils import get_protocol
 
 from zephon.io import hub
 from zephon.io.chunks import (  # fmt: skip
@@ -28,6 +26,7 @@ from zephon.io.formats.imagefolder import is_image, is_metadata
 from zephon.io.plain import plain_copy
 from zephon.io.remote import (
     LIST_PAGE,
+    LOCAL,
     CountedFile,
     IOConfig,
     Opener,
@@ -35,6 +34,8 @@ from zephon.io.remote import (
     content_version,
     filesystem,
     is_transient,
+    local_file,
+    protocol,
     request_slot,
     retrying,
     strong_version,
@@ -338,17 +339,20 @@ def _list_shards(
     requests: Requests,
     every_file: bool = False,
 ) -> list[Shard]:
+    file = local_file(path)
     try:
-        fs, root = filesystem(path, storage_options)
+        fs, root = (None, file) if file is not None else filesystem(path, storage_options)
     except (ValueError, ImportError) as e:
         raise ValueError(f"dataset {name!r}: cannot open {path}: {e}") from e
 
     def find() -> dict | None:
+        if fs is None:  # one local file: what fsspec's listing would say of it (size, following links)
+            return {root: {"size": os.stat(root).st_size, "type": "file"}}
         with request_slot(io):
             return _find(fs, root, every_file)
 
     infos = retrying(f"dataset {name!r} at {path}", find, io.retries)
-    local = get_protocol(path) in ("file", "local")
+    local = protocol(path) in LOCAL
     # a local folder: its listing and a stat per file; a store: a listing page per 1,000 files
     requests.add(1 + len(infos or ()) if local else max(1, -(-len(infos or ()) // LIST_PAGE)))
     if infos is None:
@@ -430,6 +434,8 @@ def _sample(size: int, read, block: int = 64 << 10) -> str:
 def _find(fs, root: str, every_file: bool = False) -> dict | None:
     """File infos under ``root`` (a glob, a folder or a file), or None if nothing is there; in a
     folder, the files of a known format (``every_file``: all)."""
+    import fsspec
+
     if fsspec.core.has_magic(root):
         return {p: i for p, i in fs.glob(root, detail=True).items() if i["type"] == "file"}
     try:

@@ -25,21 +25,17 @@ Other stores (``hf://`` paths are pinned to a commit) are read without that chec
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import gzip
 import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
-
-import fsspec
-from fsspec.asyn import sync
-from fsspec.utils import get_protocol
 
 from zephon.errors import with_context
 from zephon.fields import check_table
@@ -50,6 +46,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LOCAL = ("file", "local")
+_PROTOCOL = re.compile(r"::|://")
+_LOCAL_PREFIXES = ("file://", "file:", "local://", "local:")
 _TRANSIENT_NAMES = {
     "ConnectError", "ConnectTimeout", "ReadTimeout", "TimeoutException", "NetworkError",
     "TransportError", "RemoteProtocolError", "EndpointConnectionError", "ConnectTimeoutError",
@@ -203,6 +201,8 @@ def retry_after(error: BaseException | None) -> float | None:
                 return max(0.0, float(value))
             except ValueError:
                 with contextlib.suppress(TypeError, ValueError, IndexError):
+                    import email.utils
+
                     return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
         error = error.__cause__ or error.__context__
     return None
@@ -292,7 +292,7 @@ class Opener:
         self.requests = requests if requests is not None else Requests()
 
     def is_remote(self, url: str) -> bool:
-        return get_protocol(url) not in LOCAL
+        return protocol(url) not in LOCAL
 
     def open(self, shard: Shard):
         if self.is_remote(shard.url):
@@ -314,8 +314,7 @@ class Opener:
         """fsspec's filesystem and path for ``url``; one filesystem per protocol and storage options
         in a process (making one can take a second: a client, a session), even where the options
         turn fsspec's own instance cache off."""
-        protocol = get_protocol(url)
-        key = (os.getpid(), protocol, json.dumps(self.storage_options, sort_keys=True, default=repr))
+        key = (os.getpid(), protocol(url), json.dumps(self.storage_options, sort_keys=True, default=repr))
         with _FILESYSTEMS_LOCK:
             fs = _FILESYSTEMS.get(key)
         if fs is None:
@@ -328,13 +327,39 @@ class Opener:
         return fs, fs._strip_protocol(url)
 
 
+def protocol(url: str) -> str:
+    """The protocol of ``url`` as fsspec names it (what precedes its first ``://`` or ``::``; a
+    plain path's is "file"), without importing fsspec: a local run never needs it (its import is
+    a sixth of a loader's start-up)."""
+    found = _PROTOCOL.search(url)
+    return url[: found.start()] if found else "file"
+
+
+def local_file(url: str) -> str | None:
+    """The path fsspec's local filesystem names the local file ``url`` by (absolute, without
+    ``file://``), or None where ``url`` is not one local file (a folder, a glob, another protocol,
+    a chained URL): fsspec lists those. A dataset of local files is thus planned and read
+    without importing fsspec."""
+    if os.sep != "/" or "::" in url or protocol(url) not in LOCAL or any(c in url for c in "*?["):
+        return None
+    path = next((url[len(p) :] for p in _LOCAL_PREFIXES if url.startswith(p)), url)
+    if path.startswith("~"):
+        path = os.path.expanduser(path)
+    elif not path.startswith("/"):
+        path = os.getcwd() + "/" + ("" if path == "." else path.removeprefix("./"))
+    path = path.rstrip("/") or "/"
+    return path if os.path.isfile(path) else None
+
+
 def filesystem(url: str, storage_options: dict):
     """fsspec's filesystem and path for ``url``. An S3 client makes one attempt per call
     (unless ``storage_options`` say otherwise): its hidden retries would overrun the budget."""
     options = dict(storage_options)
-    s3 = get_protocol(url) in ("s3", "s3a")
+    s3 = protocol(url) in ("s3", "s3a")
     if s3:
         options["config_kwargs"] = {"retries": {"total_max_attempts": 1}, **options.get("config_kwargs", {})}
+    import fsspec
+
     fs, path = fsspec.core.url_to_fs(url, **options)
     if s3:
         fs.retries = 1  # s3fs's own retry loop (of "SlowDown" answers); not a storage option
@@ -412,7 +437,7 @@ class RemoteFile:
         try:
             if self._fs is None:
                 self._fs, self._path = self.opener.filesystem(self.shard.url)
-            pinned = _PINNED.get(get_protocol(self.shard.url))
+            pinned = _PINNED.get(protocol(self.shard.url))
             if pinned is not None:
                 data = pinned(self._fs, self._path, self.shard, start, stop)
             else:
@@ -519,6 +544,8 @@ def _read_s3(fs, path: str, shard: Shard, start: int, stop: int) -> bytes:
             response["Body"].close()
 
     try:
+        from fsspec.asyn import sync
+
         return sync(fs.loop, get)
     except Exception as e:
         if _status_in_chain(e) != 412:
@@ -546,6 +573,8 @@ def _read_http(fs, url: str, shard: Shard, start: int, stop: int) -> bytes:
         async with session.get(fs.encode_url(url), headers=headers, **kwargs) as r:
             r.raise_for_status()
             return r.status, r.headers, await r.read()
+
+    from fsspec.asyn import sync
 
     status, headers, data = sync(fs.loop, get)
     total = headers.get("Content-Range", "/*").rsplit("/", 1)[-1] if status == 206 else str(len(data))
