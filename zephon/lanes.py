@@ -70,6 +70,11 @@ class ChunkWork:
         """What the operators need imported in a worker process (``WorkOperator.imports``)."""
         return tuple(dict.fromkeys(m for op in self.ops for m in op.imports))
 
+    @property
+    def tokenizers(self) -> tuple[tuple[str, str], ...]:
+        """The tokenizers the operators load (``WorkOperator.tokenizers``)."""
+        return tuple(dict.fromkeys(t for op in self.ops for t in op.tokenizers))
+
     def prepare(self) -> None:
         """Load what the operators need (a tokenizer) before the first chunk."""
         for op in self.ops:

@@ -107,3 +107,17 @@ class ThreadCounts:
 
         names = ("OMP_NUM_THREADS", "RAYON_NUM_THREADS", "FASTOKENS_BPE_THREADS")
         return {name: os.environ.get(name) for name in names} | {"torch": torch.get_num_threads()}
+
+
+class WhereTokenizerLoaded:
+    """A unit: this worker's process id, the one that loaded its tokenizer, and its backend (a
+    unit that declares its tokenizer, as ``Tokenize`` does, for the fork server to load it)."""
+
+    def __init__(self, tokenizer_id: str):
+        self.tokenizer_id, self.tokenizers = tokenizer_id, ((tokenizer_id, "auto"),)
+
+    def __call__(self, unit):
+        from zephon.io.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(self.tokenizer_id)
+        return os.getpid(), tok.loaded_in, tok.backend_name

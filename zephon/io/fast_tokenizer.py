@@ -119,9 +119,10 @@ class FastBackend:
         self.turn, self.referencing = threading.Condition(), 0
         # not a daemon: the interpreter waits for it at exit (under a second) instead of stopping
         # it inside fastokens' native code, which aborts the process (SIGABRT)
-        threading.Thread(
+        self.loading = threading.Thread(
             target=self._load, args=(raw_json, verdict), name="zephon-fastokens", daemon=False
-        ).start()
+        )
+        self.loading.start()
 
     def _load(self, raw_json: bytes, verdict: bool | None) -> None:
         import fastokens

@@ -38,6 +38,7 @@ class TextTokenizer(ABC):
     eos_id: int | None
     bos_id: int | None
     fingerprint: str
+    loaded_in: int  # the process that loaded it
 
     @property
     @abstractmethod
@@ -175,6 +176,7 @@ def load_tokenizer(tokenizer_id: str, backend: str = "auto") -> TextTokenizer:
     with _LOCK:
         if (tokenizer_id, backend) not in _LOADED:
             tokenizer = _load(tokenizer_id, fast=backend == "auto")
+            tokenizer.loaded_in = os.getpid()  # another: a worker's fork server loaded it for it
             _LOADED[tokenizer_id, backend] = tokenizer
         return _LOADED[tokenizer_id, backend]
 

@@ -49,6 +49,9 @@ class WorkOperator(Operator):
     # modules ``work`` needs that a worker process would otherwise import itself: the process
     # runner's fork server imports them once, and its workers start with them (their pages shared)
     imports: tuple[str, ...] = ()
+    # the tokenizers ``work`` loads, as (tokenizer_id, backend): the fork server loads them once,
+    # and its workers start with them loaded (zephon.runners.preload)
+    tokenizers: tuple[tuple[str, str], ...] = ()
 
     def prepare(self) -> None:
         """Load what ``work`` needs, so that the first unit does not wait for it (a worker

@@ -70,6 +70,10 @@ class Tokenize(WorkOperator):
     def tokenizer(self) -> TextTokenizer:
         return load_tokenizer(self.tokenizer_id, self.backend)
 
+    @property
+    def tokenizers(self) -> tuple[tuple[str, str], ...]:
+        return ((self.tokenizer_id, self.backend),)
+
     def prepare(self) -> None:
         fast = getattr(self.tokenizer(), "fast", None)
         if fast is not None:  # loaded and probed: the first chunks get the fast backend

@@ -2,7 +2,9 @@
 
 Each worker process receives the work function once, when it starts (not once per unit), so
 heavy state such as a tokenizer is loaded once per worker. Workers are started with
-``forkserver`` (``spawn`` where unavailable): forking a process that runs threads is unsafe.
+``forkserver`` (``spawn`` where unavailable): forking a process that runs threads is unsafe. The
+fork server imports what the work needs and loads its tokenizers (``zephon.runners.preload``)
+once, before it forks the first worker, so workers start with them.
 
 Workers end when the process that made the pool ends, however it ends (a watcher thread in each
 worker waits on it), so a killed training process leaves no worker behind; the fork server goes
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import logging
 import multiprocessing
 import os
@@ -137,20 +140,34 @@ def check_picklable(work) -> bytes:
 # What a worker imports to load and run its work, imported once in the fork server, so that a
 # worker forked from it starts with them (a third of a second a worker here, on 2 busy cores).
 PRELOAD = ("zephon.lanes", "zephon.io", "zephon.ops", "numpy", "msgspec", "tokenizers", "fastokens")
+# names the tokenizers that the fork server loads (zephon.runners.preload), in its environment
+PRELOAD_TOKENIZERS = "ZEPHON_PRELOAD_TOKENIZERS"
 
 
-def _context(imports: tuple[str, ...] = ()):
+def _context(imports: tuple[str, ...] = (), tokenizers: tuple[tuple[str, str], ...] = ()):
     """The processes' context; where it is the fork server, that server imports ``PRELOAD`` and
-    ``imports`` (the work's: ``WorkOperator.imports``) once, and its workers start with them."""
+    ``imports`` (the work's: ``WorkOperator.imports``) once, and its workers start with them.
+    Where the fork server is not running yet, it is started here, and loads ``tokenizers`` (the
+    work's: ``WorkOperator.tokenizers``) once for all its workers (``zephon.runners.preload``);
+    a fork server already running keeps what it has, and its workers load what it lacks."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     from multiprocessing import forkserver
 
+    server = forkserver._forkserver
     # added to what is asked already (the main module, by default); a fork server already running
     # keeps its own, and a module that is not installed is skipped by the fork server
-    asked = list(getattr(forkserver._forkserver, "_preload_modules", None) or ["__main__"])
-    context.set_forkserver_preload(asked + [m for m in (*PRELOAD, *imports) if m not in asked])
+    asked = list(getattr(server, "_preload_modules", None) or ["__main__"])
+    wanted = (*PRELOAD, *imports, *(("zephon.runners.preload",) if tokenizers else ()))
+    context.set_forkserver_preload(asked + [m for m in wanted if m not in asked])
+    if tokenizers and getattr(server, "_forkserver_pid", 0) is None:
+        # the server takes the environment it starts with: the names are there only meanwhile
+        os.environ[PRELOAD_TOKENIZERS] = json.dumps(tokenizers)
+        try:
+            server.ensure_running()
+        finally:
+            os.environ.pop(PRELOAD_TOKENIZERS, None)
     return context
 
 
@@ -164,7 +181,10 @@ def _serve(conn, payload: bytes, owner: int, ship: str | None) -> None:
             prepare()  # its tokenizer, fast backend included
     except Exception:  # the units will say what is wrong, each with its own error
         pass
-    conn.send(("up", None))
+    try:
+        conn.send(("up", None))
+    except OSError:  # the owner went meanwhile (its end of the pipe closed): nothing to serve
+        return
     while True:
         try:
             unit = conn.recv()
@@ -178,9 +198,20 @@ def _serve(conn, payload: bytes, owner: int, ship: str | None) -> None:
             _fit_to_travel(e)
             answer = ("error", (e, "".join(traceback.format_exception(type(e), e, e.__traceback__))))
         try:
-            conn.send(answer)
-        except Exception as e:  # a result that cannot travel: say so, as its unit's error
-            conn.send(("error", (RuntimeError(f"a worker's result could not be sent back: {e!r}"), "")))
+            _answer(conn, answer)
+        except OSError:  # the owner went while this unit was at work: what it shipped is orphaned
+            handover.remove_all(_SHIP)
+            return
+
+
+def _answer(conn, answer) -> None:
+    """Send ``answer``; one that cannot travel goes as its unit's error (OSError: the pipe)."""
+    try:
+        conn.send(answer)
+    except OSError:
+        raise
+    except Exception as e:
+        conn.send(("error", (RuntimeError(f"a worker's result could not be sent back: {e!r}"), "")))
 
 
 class WorkerTraceback(Exception):
@@ -220,10 +251,11 @@ class ProcessExecutor(Executor):
     from shared memory) and sends that worker its next unit. No feeder, no pool manager: a unit
     crosses one thread of this process each way.
 
-    Until its first worker is up (a worker starts an interpreter, imports, loads the tokenizer
-    and its fast backend: about a second on a busy machine), the units run one at a time on a
-    thread of this process, which holds the work already, most urgent first, so the first
-    batches do not wait for the workers; the rest wait in the queue. The work is stateless:
+    Until its first worker is up (the fork server starts an interpreter, imports, loads the
+    tokenizer and its fast backend, then forks it: about half a second on a busy machine), the
+    units run one at a time on a thread of this process, which holds the work already, most
+    urgent first, so the first batches do not wait for the workers; the rest wait in the queue.
+    The work is stateless:
     where a unit runs does not change its result, nor its error. Workers not up after
     ``timeout`` seconds get the work anyway, and the watchdog of stuck workers reports their
     start. A worker that dies breaks the executor: every unit sent or queued fails with
@@ -241,6 +273,9 @@ class ProcessExecutor(Executor):
         self.work, self.timeout, self.parallelism = work, timeout, max(1, parallelism)
         self.payload = check_picklable(work)
         self.ship = handover.prefix(shared_memory) if shared_memory else None
+        # here, not on the receiving thread: starting the fork server sets the environment, which
+        # the caller's thread does before this executor's threads run units (a tokenizer reads it)
+        self.context = _context(tuple(getattr(work, "imports", ())), tuple(getattr(work, "tokenizers", ())))
         self.queue = UrgentQueue()
         self.ready = self.queue.ready  # guards the workers' state too
         self.workers: list[_Worker] = []
@@ -296,12 +331,14 @@ class ProcessExecutor(Executor):
                     return
 
     def _start_here(self) -> None:
-        """Until a worker is up, run the most urgent unit here, one at a time."""
+        """Until a worker is up, run the most urgent unit here, one at a time; not past
+        ``timeout``: a pool that never comes up (its fork server stuck) is reported as such
+        (``stuck``) when the run waits for the units it holds, not served here unseen."""
         while True:
             with self.ready:
-                while not (self.queue.closed or self.pool_up or self.broken) and not self.queue.heap:
-                    self.ready.wait()
-                if self.queue.closed or self.pool_up or self.broken:
+                while not (self.queue.closed or self.broken or self._open() or self.queue.heap):
+                    self.ready.wait(max(0.0, self.created + self.timeout - time.monotonic()) + 0.01)
+                if self.queue.closed or self.broken or self._open():  # (open: up, or late)
                     return
                 taken = self.queue.pop()
                 if taken is None:
@@ -329,7 +366,7 @@ class ProcessExecutor(Executor):
             self._end_workers()
 
     def _start_workers(self) -> None:
-        context = _context(tuple(getattr(self.work, "imports", ())))
+        context = self.context
         for k in range(self.parallelism):
             if self.queue.closed:
                 return

@@ -1,0 +1,55 @@
+"""Imported by the process runner's fork server before it forks any worker: it loads the tokenizers
+the workers will use, so that every worker forked from it starts with them loaded (their pages
+shared) instead of loading its own. GPT-2 with its fast backend is about 0.4 s of CPU and 100 MiB
+a load; two workers on two cores loaded theirs while the rank process loaded its own and ran the
+first units, so a short run spent more CPU loading tokenizers than tokenizing.
+
+The runner names them in ``ENV`` (JSON ``[[tokenizer_id, backend], ...]``) in the environment the
+server starts with (``zephon.runners.process._context``). A tokenizer that does not load here is
+left to each worker, which loads it as before and reports what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from zephon.runners.process import PRELOAD_TOKENIZERS as ENV
+
+LOADING = 120.0  # seconds the server waits for a fast backend to load and be probed
+log = logging.getLogger(__name__)
+
+
+def load_all(named: str) -> list[tuple[str, str]]:
+    """Load every tokenizer ``named`` (as ``ENV`` holds them); the ones loaded and ready."""
+    from zephon.io import tokenizer
+
+    wanted = json.loads(named or "[]")
+    if wanted:  # no thread pool of Hugging Face tokenizers in a process that forks: probing with
+        # it here would make every worker warn and turn its parallelism off (they use one thread)
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    loaded = []
+    for tokenizer_id, backend in wanted:
+        try:
+            tok = tokenizer.load_tokenizer(tokenizer_id, backend)
+        except Exception as e:  # each worker loads it, and its first unit says what is wrong
+            log.info("zephon: the fork server could not load tokenizer %r (%s)", tokenizer_id, e)
+            continue
+        fast = getattr(tok, "fast", None)
+        if fast is not None:
+            fast.loading.join(LOADING)  # loaded and probed (the thread ends once it says so)
+            if fast.loading.is_alive():
+                # a worker forked now would get it half made, without the thread that makes it:
+                # each worker loads its own instead
+                with tokenizer._LOCK:
+                    tokenizer._LOADED.pop((tokenizer_id, backend), None)
+                continue
+        loaded.append((tokenizer_id, backend))
+    return loaded
+
+
+try:
+    load_all(os.environ.pop(ENV, ""))
+except Exception as e:  # never stop the fork server: the workers load what they need
+    log.info("zephon: the fork server's preload failed (%s)", e)
