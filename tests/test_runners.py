@@ -161,15 +161,24 @@ def test_the_fork_server_imports_what_the_work_needs_once_for_every_worker():
         forkserver._forkserver._preload_modules = before
 
 
-def test_worker_processes_start_with_the_tokenizer_their_fork_server_loaded(gpt2, tmp_path):
+def test_worker_processes_start_with_the_tokenizer_their_fork_server_loaded(gpt2, tmp_path, monkeypatch):
     """Each worker used to load its own tokenizer (0.4 s of CPU for GPT-2 with its fast backend,
     on the cores the run needs); the fork server loads it once, and the workers forked from it
-    start with it, fast backend ready. In a process of its own: a fork server starts once."""
+    start with it, fast backend ready. In a process of its own: a fork server starts once. Hugging
+    Face tokenizers alone are left to each worker (zephon.runners.preload says why)."""
+    import json
+
+    from zephon.io import tokenizer
     from zephon.lanes import ChunkWork
     from zephon.ops import Tokenize
+    from zephon.runners import preload
 
-    assert ChunkWork([Tokenize(gpt2), Tokenize(gpt2, backend="tokenizers")], ["d"]).tokenizers == (
-        (gpt2, "auto"), (gpt2, "tokenizers"))  # fmt: skip
+    both = ChunkWork([Tokenize(gpt2), Tokenize(gpt2, backend="tokenizers")], ["d"])
+    assert both.tokenizers == ((gpt2, "auto"),)
+    monkeypatch.setattr(tokenizer, "_LOADED", {})
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # (load_all sets it where unset)
+    assert preload.load_all(json.dumps([[gpt2, "auto"], [gpt2, "tokenizers"]])) == [(gpt2, "auto")]
+    assert list(tokenizer._LOADED) == [(gpt2, "auto")], "what has no fast backend is not kept"
     script = tmp_path / "pool.py"
     script.write_text(
         "import os, sys, time\n"

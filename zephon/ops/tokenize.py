@@ -72,7 +72,9 @@ class Tokenize(WorkOperator):
 
     @property
     def tokenizers(self) -> tuple[tuple[str, str], ...]:
-        return ((self.tokenizer_id, self.backend),)
+        # Hugging Face tokenizers alone load in a tenth of a second: each worker loads its own
+        # (see zephon.runners.preload)
+        return ((self.tokenizer_id, self.backend),) if self.backend == "auto" else ()
 
     def prepare(self) -> None:
         fast = getattr(self.tokenizer(), "fast", None)
