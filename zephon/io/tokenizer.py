@@ -176,7 +176,7 @@ def load_tokenizer(tokenizer_id: str, backend: str = "auto") -> TextTokenizer:
     with _LOCK:
         if (tokenizer_id, backend) not in _LOADED:
             tokenizer = _load(tokenizer_id, fast=backend == "auto")
-            tokenizer.loaded_in = os.getpid()  # another: a worker's fork server loaded it for it
+            tokenizer.loaded_in = os.getpid()  # (a process worker's may be its fork server's)
             _LOADED[tokenizer_id, backend] = tokenizer
         return _LOADED[tokenizer_id, backend]
 

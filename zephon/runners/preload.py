@@ -44,8 +44,9 @@ def load_all(named: str) -> list[tuple[str, str]]:
         if fast is None or fast.loading.is_alive() or not fast.wait(0):
             # still loading: a worker forked now would get it half made, without the thread that
             # makes it. No fast backend: Hugging Face tokenizers alone load in a tenth of a second,
-            # and workers that inherited them encoded 10-15% slower (their own CPU, two workers,
-            # 4M tokens, three interleaved comparisons; the cause not found): each loads its own
+            # and two workers that inherited them used 10-15% more CPU per token than two that
+            # loaded their own (4M tokens, three interleaved comparisons; the cause not found, and
+            # later runs without inheriting still differed by 6-8%): each loads its own, as before
             with tokenizer._LOCK:
                 tokenizer._LOADED.pop((tokenizer_id, backend), None)
             continue
