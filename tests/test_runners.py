@@ -166,6 +166,7 @@ def test_worker_processes_start_with_the_tokenizer_their_fork_server_loaded(gpt2
     on the cores the run needs); the fork server loads it once, and the workers forked from it
     start with it, fast backend ready. In a process of its own: a fork server starts once. Hugging
     Face tokenizers alone are left to each worker (zephon.runners.preload says why)."""
+    import ast
     import json
 
     from zephon.io import tokenizer
@@ -197,7 +198,7 @@ def test_worker_processes_start_with_the_tokenizer_their_fork_server_loaded(gpt2
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     owner, answers = out.stdout.split(" ", 1)
-    answers = eval(answers)  # [(worker pid, pid that loaded its tokenizer, backend), ...]
+    answers = ast.literal_eval(answers)  # [(worker pid, pid that loaded its tokenizer, backend), ...]
     workers = {worker for worker, _, _ in answers}
     servers = {loaded for _, loaded, _ in answers}
     assert int(owner) not in workers and len(servers) == 1, answers

@@ -255,11 +255,11 @@ class ProcessExecutor(Executor):
     tokenizer and its fast backend, then forks it: about half a second on a busy machine), the
     units run one at a time on a thread of this process, which holds the work already, most
     urgent first, so the first batches do not wait for the workers; the rest wait in the queue.
-    The work is stateless:
-    where a unit runs does not change its result, nor its error. Workers not up after
-    ``timeout`` seconds get the work anyway, and the watchdog of stuck workers reports their
-    start. A worker that dies breaks the executor: every unit sent or queued fails with
-    BrokenProcessPool, the other workers are ended, and it takes no more work.
+    The work is stateless: where a unit runs does not change its result, nor its error. After
+    ``timeout`` seconds the thread here stops and workers not up yet get the work anyway, and
+    the watchdog of stuck workers reports their start. A worker that dies breaks the executor:
+    every unit sent or queued fails with BrokenProcessPool, the other workers are ended, and it
+    takes no more work.
     ``shared_memory``: the folder in memory through which large results come back (None: all
     through the pipe).
     """
