@@ -41,6 +41,9 @@ def load_all(named: str) -> list[tuple[str, str]]:
         fast = getattr(tok, "fast", None)
         if fast is not None:
             fast.loading.join(LOADING)  # loaded and probed (the thread ends once it says so)
+            if fast.loading.is_alive():
+                log.warning("zephon: the fork server's fastokens load of %r did not end in %.0f s; "
+                            "each worker loads its own", tokenizer_id, LOADING)  # fmt: skip
         if fast is None or fast.loading.is_alive() or not fast.wait(0):
             # still loading: a worker forked now would get it half made, without the thread that
             # makes it. No fast backend: Hugging Face tokenizers alone load in a tenth of a second,
