@@ -298,79 +298,66 @@ class Mixer:
             upcoming = [self._next_units(e, limit) for e in range(len(self.shares))]
             piece = self._cut(pick_scheduled(self.schedule, self.used, upcoming), limit, False)
         else:
-            d = self._pick(limit)
-            piece = self._cut(d, limit, False)
-            if runs and piece.stop - piece.start < limit and piece.stop == self.bounds[d][piece.doc + 1]:
-                piece.stop = self._run_stop(piece, limit)
+            return self._take_by_shares(limit, runs)
         self._advance(piece.dataset, piece)
         return piece
 
-    def _pick(self, limit: int) -> int:
-        """:func:`pick` over every dataset's next piece of at most ``limit`` (the same keys, the
-        same arithmetic), without the lists: it runs for every piece of a lane."""
-        best, best_key, bounds, docs, offsets, used = 0, None, self.bounds, self.docs, self.offsets, self.used
+    def _take_by_shares(self, limit: int, runs: bool) -> Piece:
+        """``take`` for fixed shares and several datasets: :func:`pick`'s keys (the same
+        arithmetic, as ``_pick`` has them), the cut, the run (``_run_stop``) and the advance, in
+        one pass over the lists: it runs for every piece of a lane, and each step on its own
+        went over the datasets again."""
+        all_bounds, docs, offsets, used = self.bounds, self.docs, self.offsets, self.used
         tokens = self.unit == "tokens"
+        best, best_key, left = 0, None, []
         for e, share in enumerate(self.shares):
-            if tokens:
-                b, doc = bounds[e], docs[e]
-                n = b[doc + 1] - b[doc] - offsets[e]
-                if n > limit:
-                    n = limit
-            else:
-                n = 1 if offsets[e] == 0 else 0
+            b, doc = all_bounds[e], docs[e]
+            rem = b[doc + 1] - b[doc] - offsets[e]  # the tokens left in its document
+            left.append(rem)
+            n = (rem if rem < limit else limit) if tokens else (offsets[e] == 0)  # units of its next piece
             key = (used[e] + n / 2) / share
             if best_key is None or key < best_key:
                 best, best_key = e, key
-        return best
+        d = best
+        b, doc = all_bounds[d], docs[d]
+        start, stop = b[doc] + offsets[d], b[doc + 1]
+        if stop - start >= limit:
+            stop = start + limit
+        elif runs and doc + 2 < len(b):  # a whole document, and more after it in its chunk
+            stop = self._run_end(d, doc + 1, start, limit, left, tokens)
+        piece = Piece(d, self.heads[d], doc, start, stop)
+        last = bisect.bisect_right(b, stop) - 1  # the doc holding stop
+        if tokens:
+            used[d] += stop - start
+        else:  # documents begun: document starts inside [start, stop)
+            used[d] += bisect.bisect_left(b, stop, 0, len(b) - 1) - doc - (offsets[d] > 0)
+        docs[d], offsets[d] = last, stop - b[last]
+        if last >= len(b) - 1:  # past its chunk's last document
+            self._settle(d)
+        return piece
 
-    def _remaining(self, d: int) -> int:
-        bounds, doc = self.bounds[d], self.docs[d]
-        return bounds[doc + 1] - bounds[doc] - self.offsets[d]
-
-    def _next_units(self, d: int, limit: int) -> int:
-        if self.unit == "documents":
-            return 1 if self.offsets[d] == 0 else 0
-        return min(self._remaining(d), limit)
-
-    def _run_stop(self, piece: Piece, limit: int) -> int:
-        """Where the rule, piece by piece, would stop taking the documents after ``piece`` from
-        its dataset. Whether it takes the ``j``-th of them is a prefix property: the key of ``d``
-        only grows with ``j`` (each document adds its tokens before the next one's half), the
-        others' keys only shrink (the room left for their next piece shrinks), so the documents
-        it takes are the first ``k``, and ``k`` is found by galloping from a guess, then
-        bisecting, over the same comparisons as :func:`pick`: a few of them, where one by one
-        took ``k``. The guess: by tokens, where the key of ``d`` passes the lowest of the others'
-        keys as they stand now, found by bisecting the chunk's document offsets (the key of
-        document ``i`` grows with ``offsets[i] + offsets[i + 1]``): at most one document off
+    def _run_end(self, d: int, first: int, start: int, limit: int, left: list[int], tokens: bool) -> int:
+        """Where the rule, piece by piece, would stop taking the documents of ``d`` after a piece
+        from ``start`` to the end of document ``first - 1`` (``left``: every dataset's tokens left
+        in its document). ``takes(j)``: whether the rule would take document ``first + j`` (as a
+        piece of at most the room left) right after the ``j`` before it, by the comparisons of
+        :func:`pick`. That is a prefix property: the key of ``d`` only grows with ``j`` (each
+        document adds its tokens before the next one's half), the others' keys only shrink (the
+        room left for their next piece shrinks), so the documents it takes are the first ``k``,
+        and ``k`` is found by galloping from a guess, then bisecting: a few comparisons, where one
+        by one took ``k``. The guess: by tokens, where the key of ``d`` passes the lowest of the
+        others' keys as they stand now, found by bisecting the chunk's document offsets (the key
+        of document ``i`` grows with ``offsets[i] + offsets[i + 1]``): at most one document off
         while the room left does not bind, and so two comparisons; by documents, the length of
         this dataset's last run. The guess only sets where the search starts, never its answer."""
-        d, bounds = piece.dataset, self.bounds[piece.dataset]
-        first = piece.doc + 1
-        n = len(bounds) - 1 - first  # documents after the piece's, in its chunk
-        if n <= 0:
-            return piece.stop
-        takes, due = self._run_rule(piece, limit, first)
-        # by tokens: the first document whose midpoint lies past where d comes due, less one
-        guess = self.hints[d] if due is None else bisect.bisect_left(bounds, due, first) - first - 1
-        k = first_false(takes, n, guess)
-        self.hints[d] = k
-        return min(bounds[first + k], piece.start + limit)  # the last one cut where the room ends
-
-    def _run_rule(self, piece: Piece, limit: int, first: int) -> tuple[Callable[[int], bool], float | None]:
-        """Whether the rule would take document ``first + j`` of ``piece``'s chunk (as a piece of
-        at most the room left) right after the ``j`` before it, by the comparisons of :func:`pick`;
-        and, by tokens, the offset into the chunk past which a document's midpoint makes the key
-        of ``d`` pass the lowest of the others' keys with the room left now (None by documents)."""
-        d, tokens, bounds = piece.dataset, self.unit == "tokens", self.bounds[piece.dataset]
-        used, share, begun, start = self.used[d], self.shares[d], self.offsets[d] == 0, piece.start
+        bounds, shares, all_used, offsets = self.bounds[d], self.shares, self.used, self.offsets
+        used, share, begun = all_used[d], shares[d], offsets[d] == 0
         space, lowest, others = limit - bounds[first] + start, math.inf, []
-        all_bounds, docs, offsets, all_used = self.bounds, self.docs, self.offsets, self.used
-        for e, s in enumerate(self.shares):
+        for e, s in enumerate(shares):
             if e == d:
                 continue
-            if tokens:  # the tokens left in its document (as _remaining), and its key with this room
-                b, doc = all_bounds[e], docs[e]
-                rem = b[doc + 1] - b[doc] - offsets[e]
+            if tokens:
+                rem = left[e]
                 key = (all_used[e] + (rem if rem < space else space) / 2) / s
                 lowest = key if key < lowest else lowest
             else:
@@ -393,7 +380,23 @@ class Mixer:
                     return False
             return True
 
-        return takes, (lowest * share - used + start) if tokens else None
+        if tokens:  # the first document whose midpoint lies past where d comes due, less one
+            guess = bisect.bisect_left(bounds, lowest * share - used + start, first) - first - 1
+        else:
+            guess = self.hints[d]
+        k = first_false(takes, len(bounds) - 1 - first, guess)
+        self.hints[d] = k
+        end = bounds[first + k]
+        return end if end < start + limit else start + limit  # the last one cut where the room ends
+
+    def _remaining(self, d: int) -> int:
+        bounds, doc = self.bounds[d], self.docs[d]
+        return bounds[doc + 1] - bounds[doc] - self.offsets[d]
+
+    def _next_units(self, d: int, limit: int) -> int:
+        if self.unit == "documents":
+            return 1 if self.offsets[d] == 0 else 0
+        return min(self._remaining(d), limit)
 
     def _cut(self, d: int, limit: int, runs: bool) -> Piece:
         docs, bounds, doc = self.heads[d], self.bounds[d], self.docs[d]
