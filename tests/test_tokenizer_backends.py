@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 
 import numpy as np
@@ -292,3 +293,24 @@ def test_a_lone_surrogate_is_an_error_that_names_its_file_and_line(
         ValueError, match=r"surrogate\.jsonl, line 3: .*lone surrogate U\+D800 at character 7"
     ):
         _hostile_batches(str(path), gpt2, backend, runner, on_error="raise")
+
+
+def test_installed_versions_are_importlib_metadata_s_without_importing_it(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    for package in ("fastokens", "tokenizers", "numpy", "msgspec"):
+        __import__(package)
+        assert fast_tokenizer.installed_version(package) == importlib.metadata.version(package), package
+    # from the one dist-info folder beside the package; without one (an editable install), or with
+    # two, importlib.metadata's answer
+    (tmp_path / "zephon_fake_pkg").mkdir()
+    (tmp_path / "zephon_fake_pkg" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("zephon_fake_pkg")
+    monkeypatch.setattr(importlib.metadata, "version", lambda package: f"metadata's {package}")
+    assert fast_tokenizer.installed_version("zephon_fake_pkg") == "metadata's zephon_fake_pkg"
+    (tmp_path / "zephon_fake_pkg-1.2.3.dist-info").mkdir()
+    assert fast_tokenizer.installed_version("zephon_fake_pkg") == "1.2.3"
+    (tmp_path / "zephon_fake_pkg-1.2.4.dist-info").mkdir()
+    assert fast_tokenizer.installed_version("zephon_fake_pkg") == "metadata's zephon_fake_pkg"
+    sys.modules.pop("zephon_fake_pkg")
