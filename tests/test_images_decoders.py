@@ -43,13 +43,19 @@ def within_tolerance(got: np.ndarray, want: np.ndarray) -> bool:
 
 @pytest.mark.parametrize("decoder", DECODERS)
 @pytest.mark.parametrize(("size", "resize"), [(224, "crop"), (224, "fit"), (64, "crop")])
-def test_every_decoder_gives_pillows_pixels_on_the_photographs(samples, decoder, size, resize):
-    """At 64 pixels a JPEG is decoded at a quarter or an eighth of its size (the DCT scaling)."""
-    reference, op = Images(size=size, resize=resize), Images(size=size, resize=resize, decoder=decoder)
+@pytest.mark.parametrize("resizer", ["pillow", "torch"])
+def test_every_decoder_gives_pillows_pixels_on_the_photographs(samples, decoder, size, resize, resizer):
+    """At 64 pixels a JPEG is decoded at a quarter or an eighth of its size (the DCT scaling). The
+    same resizer after each decoder: a decoder's pixels (torch takes them as they come, a fourth
+    channel and all) resize as Pillow's do."""
+    reference = Images(size=size, resize=resize, resizer=resizer)
+    op = Images(size=size, resize=resize, decoder=decoder, resizer=resizer)
     for key, _, data, _ in samples:
         got, want = op.patches(data), reference.patches(data)
         assert got.grid.tolist() == want.grid.tolist(), key
         assert within_tolerance(got.pixels, want.pixels), key
+        if decoder == "spng":  # exactly Pillow's pixels, where it decodes
+            assert np.array_equal(got.pixels, want.pixels), key
 
 
 def test_a_grey_image_resized_as_one_channel_has_the_pixels_of_its_rgb_copy(samples):
@@ -121,3 +127,71 @@ def test_a_missing_decoder_library_names_what_to_pip_install(monkeypatch):
 def test_an_unknown_decoder_is_named_with_the_choices():
     with pytest.raises(ValueError, match=r"images\(decoder='cv2'\): expected one of \('pillow', 'opencv'"):
         Images(decoder="cv2")
+
+
+def _png(image: Image.Image, **options) -> bytes:
+    out = io.BytesIO()
+    image.save(out, "PNG", **options)
+    return out.getvalue()
+
+
+def _with_chunk(data: bytes, kind: bytes, body: bytes) -> bytes:
+    """``data`` (a PNG) with a chunk put right after its header."""
+    import struct
+    import zlib
+
+    crc = struct.pack(">I", zlib.crc32(kind + body))
+    return data[:33] + struct.pack(">I", len(body)) + kind + body + crc + data[33:]
+
+
+def png_kinds() -> dict[str, bytes]:
+    """PNGs of every colour type and bit depth Pillow reads, and chunks that do not change pixels."""
+    import cv2
+
+    rng = np.random.default_rng(5)
+    grey = rng.integers(0, 256, (37, 53), dtype=np.uint8)
+    rgba = rng.integers(0, 256, (37, 53, 4), dtype=np.uint8)
+    rgb = Image.fromarray(rgba[..., :3].copy())
+    paletted = rgb.convert("P")
+    kinds = {
+        "grey": _png(Image.fromarray(grey)),
+        "rgb": _png(rgb),
+        "rgba": _png(Image.fromarray(rgba)),
+        "grey + alpha": _png(Image.fromarray(rgba[..., :2].copy(), "LA")),
+        "1 bit": _png(Image.fromarray(grey > 128)),
+        "palette": _png(paletted),
+        "palette with transparency": _png(paletted, transparency=3),
+        "16-bit rgb": cv2.imencode(".png", rng.integers(0, 1 << 16, (37, 53, 3), dtype=np.uint16))[
+            1
+        ].tobytes(),
+        "16-bit rgba": cv2.imencode(".png", rng.integers(0, 1 << 16, (37, 53, 4), dtype=np.uint16))[
+            1
+        ].tobytes(),
+        "16-bit grey": cv2.imencode(".png", grey.astype(np.uint16) * 257 + 3)[1].tobytes(),
+    }
+    for bits in (2, 4):
+        few = (
+            Image.fromarray(grey).convert("P", palette=Image.Palette.ADAPTIVE, colors=1 << bits).convert("L")
+        )
+        kinds[f"{bits}-bit grey"] = _png(few, bits=bits)
+    kinds["gamma"] = _with_chunk(kinds["rgb"], b"gAMA", (100_000).to_bytes(4, "big"))
+    kinds["rgb with transparency"] = _with_chunk(kinds["rgb"], b"tRNS", bytes([0, 1, 0, 2, 0, 3]))
+    kinds["significant bits"] = _with_chunk(kinds["grey"], b"sBIT", bytes([5]))
+    return kinds
+
+
+@pytest.mark.parametrize("decoder", [d for d in DECODERS if "PNG" in decoders.FORMATS.get(d.values[0], {})])
+def test_png_decoders_give_pillows_very_pixels_in_every_mode_they_read(decoder):
+    """Decoded, before any resize: exactly Pillow's pixels (as the images step turns them into grey
+    or RGB), or None where Pillow decodes; every mode the decoder claims is decoded by it."""
+    library = decoders.load(decoder)
+    claimed = decoders.FORMATS[decoder]["PNG"]
+    for kind, data in png_kinds().items():
+        image = Image.open(io.BytesIO(data))
+        mode = image.mode
+        want = np.asarray(image.convert("L" if mode == "L" else "RGB"))
+        got = decoders.array(library, data, "PNG", mode, 1)
+        if mode in claimed and decoder == "spng":
+            assert got is not None, f"{kind}: {decoder} claims mode {mode} but did not decode it"
+        if got is not None:
+            assert got.shape == want.shape and np.array_equal(got, want), kind

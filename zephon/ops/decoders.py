@@ -13,13 +13,20 @@ raises the same error with every decoder.
 - ``simplejpeg`` (``pip install simplejpeg``): JPEG (``min_width``/``min_height``).
 - ``turbojpeg`` (``pip install PyTurboJPEG``, and libjpeg-turbo's ``libturbojpeg`` shared
   library: PyTurboJPEG 2 needs libjpeg-turbo 3): JPEG (``scaling_factor``).
+- ``spng`` (``pip install pyspng``, libspng): PNG that is not interlaced, in every mode Pillow
+  turns into grey or RGB as the images step does (1-, 2-, 4-, 8- and 16-bit channels, palettes,
+  alpha dropped); not 16-bit grey, which Pillow clips otherwise. JPEG and the rest: Pillow.
 
 Measured on the benchmark's photographs (``benchmarks/vlm.py``, its decoder table): each gives
-Pillow's very pixels (JPEG at every draft scale, PNG grey, RGB and RGBA) and takes the same time
-within the noise: Pillow already decodes JPEG with libjpeg-turbo and its DCT scaling, and its PNG
-decoder (zlib-ng) is as fast as OpenCV's libpng. So the default stays Pillow, which needs nothing
-more. ``TOLERANCE`` is what the tests allow (two levels of 255 at a pixel, 0.05 on average over an
-image: the rounding of another IDCT or colour conversion, as a libjpeg-turbo build may differ).
+Pillow's very pixels (JPEG at every draft scale, PNG grey, RGB and RGBA). OpenCV, simplejpeg and
+PyTurboJPEG take the same time within the noise: Pillow already decodes JPEG with libjpeg-turbo and
+its DCT scaling, and its PNG decoder (zlib-ng) is as fast as OpenCV's libpng. libspng decodes the
+PNG photographs in two thirds of Pillow's time (2.6 against 3.3-3.9 ms an image, the same pixels),
+and with ``resizer="torch"`` hands them over without a Pillow image (about 1 ms an image less in
+all). The default stays Pillow, which needs nothing more, and whose recipes (and checkpoints) name
+no decoder: ``decoder="spng"`` is the one to choose for PNG data. ``TOLERANCE`` is what the tests
+allow (two levels of 255 at a pixel, 0.05 on average over an image: the rounding of another IDCT
+or colour conversion, as a libjpeg-turbo build may differ).
 """
 
 from __future__ import annotations
@@ -29,14 +36,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DECODERS = ("pillow", "opencv", "simplejpeg", "turbojpeg")
+DECODERS = ("pillow", "opencv", "simplejpeg", "turbojpeg", "spng")
 DEFAULT = "pillow"
-PIP = {"opencv": "opencv-python-headless", "simplejpeg": "simplejpeg", "turbojpeg": "PyTurboJPEG"}
+PIP = {"opencv": "opencv-python-headless", "simplejpeg": "simplejpeg", "turbojpeg": "PyTurboJPEG",
+       "spng": "pyspng"}  # fmt: skip
 # the formats and Pillow modes (as Image.open reports them) each library decodes to Pillow's pixels
 FORMATS = {
     "opencv": {"JPEG": ("L", "RGB"), "PNG": ("L", "RGB", "RGBA")},
     "simplejpeg": {"JPEG": ("L", "RGB")},
     "turbojpeg": {"JPEG": ("L", "RGB")},
+    "spng": {"PNG": ("1", "L", "LA", "P", "RGB", "RGBA")},  # all but L become RGB, as Pillow converts them
 }
 # the largest difference from Pillow's pixels a decoder may make, per channel, after the resize
 # (levels of 0-255): the max over pixels, and the mean over an image
@@ -47,7 +56,7 @@ TOLERANCE = {"max": 2, "mean": 0.05}
 class Library:
     name: str
     version: str
-    decode: object  # (data: bytes, format: str, mode: str, scale: int) -> np.ndarray | None
+    decode: object  # (data: bytes, format: str, mode: str, scale: int, rgbx: bool) -> np.ndarray | None
 
 
 def draft_scale(width: int, height: int, size: int) -> int:
@@ -81,7 +90,7 @@ def _opencv() -> Library:
     grey = {1: cv2.IMREAD_GRAYSCALE, 2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
             8: cv2.IMREAD_REDUCED_GRAYSCALE_8}  # fmt: skip
 
-    def decode(data, fmt, mode, scale):
+    def decode(data, fmt, mode, scale, rgbx):
         flags = (grey if mode == "L" else reduced)[scale] | cv2.IMREAD_IGNORE_ORIENTATION
         pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
         if pixels is not None and pixels.ndim == 3 and scale > 1:  # the reduced colour flags give BGR
@@ -95,7 +104,7 @@ def _opencv() -> Library:
 def _simplejpeg() -> Library:
     import simplejpeg
 
-    def decode(data, fmt, mode, scale):
+    def decode(data, fmt, mode, scale, rgbx):
         height, width, *_ = simplejpeg.decode_jpeg_header(data)
         return simplejpeg.decode_jpeg(
             data, "GRAY" if mode == "L" else "RGB", min_width=-(-width // scale),
@@ -113,7 +122,7 @@ def _turbojpeg() -> Library:
     except (OSError, RuntimeError) as e:
         raise ImportError(f"PyTurboJPEG cannot load libjpeg-turbo's libturbojpeg: {e}") from None
 
-    def decode(data, fmt, mode, scale):
+    def decode(data, fmt, mode, scale, rgbx):
         gray = mode == "L"
         pixels = jpeg.decode(
             data, pixel_format=turbojpeg.TJPF_GRAY if gray else turbojpeg.TJPF_RGB,
@@ -124,17 +133,33 @@ def _turbojpeg() -> Library:
     return Library("turbojpeg", turbojpeg.__version__, decode)
 
 
-def array(library: Library, data, fmt: str, mode: str, scale: int) -> np.ndarray | None:
+def _spng() -> Library:
+    import importlib.metadata
+
+    import pyspng
+
+    def decode(data, fmt, mode, scale, rgbx):
+        if bytes(data[12:16]) != b"IHDR" or data[28] != 0:
+            return None  # interlaced (Adam7): Pillow's
+        # colour without alpha, as convert("RGB") drops it; or with a fourth channel, to be ignored
+        return pyspng.load(bytes(data), "L" if mode == "L" else "RGBA" if rgbx else "RGB")
+
+    return Library("spng", importlib.metadata.version("pyspng"), decode)
+
+
+def array(library: Library, data, fmt: str, mode: str, scale: int, rgbx: bool = False) -> np.ndarray | None:
     """The pixels ``library`` decodes (uint8, grey or RGB), or None where Pillow should decode:
-    a format or mode the library does not read as Pillow does, or a failure (Pillow then names it)."""
+    a format or mode the library does not read as Pillow does, or a failure (Pillow then names it).
+    With ``rgbx``, RGB may come with a fourth channel that is not part of the pixels (a resize
+    that works on four channels takes them as they are, without a repacking copy)."""
     if mode not in FORMATS[library.name].get(fmt, ()):
         return None
     if fmt == "JPEG" and bytes(data[-2:]) != b"\xff\xd9":
         return None  # cut off, or bytes after the end: libjpeg fills the rest with grey, Pillow refuses
     try:
-        pixels = library.decode(data, fmt, mode, scale if fmt == "JPEG" else 1)
+        pixels = library.decode(data, fmt, mode, scale if fmt == "JPEG" else 1, rgbx)
     except Exception:  # the libraries raise many kinds; Pillow decodes it again and names the fault
         return None
     if pixels is None or pixels.dtype != np.uint8 or pixels.ndim != (2 if mode == "L" else 3):
         return None
-    return pixels if pixels.ndim == 2 or pixels.shape[2] == 3 else None
+    return pixels if pixels.ndim == 2 or pixels.shape[2] == 3 or (rgbx and pixels.shape[2] == 4) else None

@@ -18,7 +18,7 @@ every image gives ``(size // patch) ** 2`` tokens. ``resize="fit"``: the image i
 image (as models that take images at their own resolution want).
 
 ``decoder`` names the library that decodes (``zephon.ops.decoders``: Pillow, OpenCV, simplejpeg,
-PyTurboJPEG); Pillow decodes what the others do not read, and the same ``resizer`` resizes whatever
+PyTurboJPEG, libspng); Pillow decodes what the others do not read, and the same ``resizer`` resizes whatever
 decoded, so every decoder gives Pillow's pixels within ``decoders.TOLERANCE``. The decoder's name
 and version, and Pillow's version, are part of the recipe: another version may give other pixels.
 A grey image is resized as one channel and copied into three after (the same pixels, a third of
@@ -150,7 +150,7 @@ class Images(WorkOperator):
 
     def patches(self, value) -> Patches:
         """One image, decoded, resized and cut into patches."""
-        pixels = self.resized(decode(value, self.field, self.size, self.decoder))
+        pixels = self.resized(decode(value, self.field, self.size, self.decoder, self.resizer == "torch"))
         side = self.patch
         gh, gw = pixels.shape[0] // side, pixels.shape[1] // side
         cut = pixels.reshape(gh, side, gw, side, 3).transpose(0, 2, 1, 3, 4).reshape(gh * gw, -1)
@@ -159,8 +159,9 @@ class Images(WorkOperator):
         return Patches(np.ascontiguousarray(cut), grid)
 
     def resized(self, image) -> np.ndarray:
-        """The image resized as ``resize`` says, as a ``H x W x 3`` uint8 array."""
-        w, h = image.size
+        """The image (a Pillow image, or pixels as ``decode`` gives them) resized as ``resize``
+        says, as a ``H x W x 3`` uint8 array."""
+        w, h = (image.shape[1], image.shape[0]) if isinstance(image, np.ndarray) else image.size
         size, side = self.size, self.patch
         if self.resize == "crop":
             scale = size / min(w, h)
@@ -179,6 +180,8 @@ class Images(WorkOperator):
         if self.resizer == "pillow":
             from PIL import Image
 
+            if isinstance(image, np.ndarray):  # grey or RGB (decode gives no fourth channel here)
+                image = Image.fromarray(image)
             return np.asarray(image.resize((width, height), Image.BICUBIC), np.uint8)
         import torch
         import torch.nn.functional as F
@@ -186,10 +189,17 @@ class Images(WorkOperator):
         # Pillow keeps an RGB pixel in four bytes: as "RGBX" they come out in one copy, where RGB
         # repacks them (0.4 ms an image here); the fourth channel is resized alongside (torch's
         # vectorized kernel works on four channels anyway) and dropped. A writable copy for torch.
-        w, h = image.size
-        grey = image.mode == "L"
-        data = bytearray(image.tobytes() if grey else image.tobytes("raw", "RGBX"))
-        x = torch.frombuffer(data, dtype=torch.uint8).view(1, h, w, 1 if grey else 4).permute(0, 3, 1, 2)
+        # A decoder's pixels (grey, RGB, or RGB and a fourth channel) go to torch as they are.
+        if isinstance(image, np.ndarray):
+            h, w = image.shape[:2]
+            channels = 1 if image.ndim == 2 else image.shape[2]
+            x = torch.from_numpy(image).view(1, h, w, channels).permute(0, 3, 1, 2)
+            grey = channels == 1
+        else:
+            w, h = image.size
+            grey = image.mode == "L"
+            data = bytearray(image.tobytes() if grey else image.tobytes("raw", "RGBX"))
+            x = torch.frombuffer(data, dtype=torch.uint8).view(1, h, w, 1 if grey else 4).permute(0, 3, 1, 2)
         with torch.no_grad():
             y = F.interpolate(x, size=(height, width), mode="bicubic", antialias=True)
         return y[0, 0].numpy() if grey else y[0, :3].permute(1, 2, 0).numpy()
@@ -211,10 +221,13 @@ def _resizer_version(resizer: str) -> str | None:
     return f"torch {torch.__version__.split('+')[0]}"
 
 
-def decode(value, field: str, size: int, decoder: str = "pillow"):
+def decode(value, field: str, size: int, decoder: str = "pillow", rgbx: bool = False):
     """A Pillow image, grey (``L``) or RGB, from encoded bytes (or a dict holding them), upright by
     its EXIF orientation, or a ValueError; a JPEG is decoded at the smallest scale that keeps both
-    sides at least ``size``, by ``decoder`` where it reads the format, else by Pillow."""
+    sides at least ``size``, by ``decoder`` where it reads the format, else by Pillow. Where
+    ``decoder`` decoded an image that is upright as stored, its pixels instead (``decoders.array``:
+    a uint8 array, grey or RGB, and with ``rgbx`` maybe a fourth channel to ignore): making a
+    Pillow image of them is a copy that the resize may not need."""
     from PIL import Image
 
     if isinstance(value, dict):
@@ -243,9 +256,11 @@ def decode(value, field: str, size: int, decoder: str = "pillow"):
         pixels = None
         if decoder != "pillow" and not png_exif:
             scale = decoders.draft_scale(image.width, image.height, size)
-            pixels = decoders.array(decoders.load(decoder), value, image.format, image.mode, scale)
+            pixels = decoders.array(decoders.load(decoder), value, image.format, image.mode, scale, rgbx)
         if pixels is not None:
-            image = Image.fromarray(pixels)
+            if turn is None:
+                return pixels
+            image = Image.fromarray(pixels[:, :, :3] if pixels.ndim == 3 else pixels)
         else:
             # a square request: the same scale whichever way the image is turned after
             image.draft("RGB", (size, size))
