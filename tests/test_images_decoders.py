@@ -5,6 +5,7 @@ part of the recipe, and a missing library is named with what to pip install."""
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 import pytest
@@ -195,3 +196,18 @@ def test_png_decoders_give_pillows_very_pixels_in_every_mode_they_read(decoder):
             assert got is not None, f"{kind}: {decoder} claims mode {mode} but did not decode it"
         if got is not None:
             assert got.shape == want.shape and np.array_equal(got, want), kind
+
+
+@pytest.mark.parametrize("resizer", ["pillow", "torch"])
+def test_a_decoders_pixels_resize_the_same_whatever_their_memory_layout(resizer):
+    """turbojpeg's grey comes as a strided view, a library may give read-only memory: each resizes
+    as a plain copy of itself does, and as the same pixels in a Pillow image."""
+    op = Images(size=32, patch=8, resizer=resizer)
+    rgb = np.random.default_rng(3).integers(0, 256, (40, 50, 3), dtype=np.uint8)
+    read_only = rgb.copy()
+    read_only.flags.writeable = False
+    for pixels in (rgb[:, :, 0], read_only, rgb[::-1][::-1]):
+        want = op.resized(Image.fromarray(np.ascontiguousarray(pixels)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # torch warns of memory it may not write to
+            assert np.array_equal(op.resized(pixels), want)

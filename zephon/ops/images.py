@@ -193,6 +193,7 @@ class Images(WorkOperator):
         if isinstance(image, np.ndarray):
             h, w = image.shape[:2]
             channels = 1 if image.ndim == 2 else image.shape[2]
+            image = np.require(image, np.uint8, ["C_CONTIGUOUS", "WRITEABLE"])  # copied only if not
             x = torch.from_numpy(image).view(1, h, w, channels).permute(0, 3, 1, 2)
             grey = channels == 1
         else:
