@@ -47,7 +47,7 @@ def test_the_batch_digests_script_finds_a_change_in_the_data(tmp_path):
     assert found.returncode == 1 and found.stdout.strip() == "single_wrap_stop: digests changed"
 
 
-@pytest.mark.parametrize("script", ["throughput.py", "time_profile.py", "mixer.py"])
+@pytest.mark.parametrize("script", ["throughput.py", "time_profile.py", "mixer.py", "lane_cost.py"])
 def test_a_benchmark_refuses_fewer_than_one_copy_and_says_what_to_give(script):
     import subprocess
     import sys
