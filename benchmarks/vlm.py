@@ -317,7 +317,8 @@ def write(results: dict, args, decoder_lines: list[str]) -> None:
         "`images(resizer='torch')`; Grain decodes and resizes with Pillow. Each run in a process with "
         "torch imported before the clock starts and `OMP_NUM_THREADS=1`, as a TorchTitan rank under "
         "torchrun.",
-        f"Command: `python benchmarks/vlm.py --tokens {args.tokens} --reps {args.reps}`. Medians of "
+        f"Command: `python benchmarks/vlm.py --tokens {args.tokens} --reps {args.reps}"
+        f"{'' if args.decoder == 'pillow' else f' --decoder {args.decoder}'}`. Medians of "
         f"{args.reps} interleaved runs, each in a fresh process, {args.tokens:,} usable tokens end to end "
         '(start-up included, from bytecode compiled as at install; "after the first batch" leaves it '
         "out).",

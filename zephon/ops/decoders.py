@@ -23,8 +23,11 @@ PyTurboJPEG take the same time within the noise: Pillow already decodes JPEG wit
 its DCT scaling, and its PNG decoder (zlib-ng) is as fast as OpenCV's libpng. libspng decodes the
 PNG photographs in two thirds of Pillow's time (2.6 against 3.3-3.9 ms an image, the same pixels),
 and with ``resizer="torch"`` hands them over without a Pillow image (about 1 ms an image less in
-all). The default stays Pillow, which needs nothing more, and whose recipes (and checkpoints) name
-no decoder: ``decoder="spng"`` is the one to choose for PNG data. ``TOLERANCE`` is what the tests
+all). It holds the GIL while it decodes (pyspng 0.1.4), so several thread workers take turns with
+it: there OpenCV, which lets go of it, is the faster (two thread workers, torch resizing: 53-61k
+image-text tokens/s against 46-48k; two process workers: libspng 63-66k, OpenCV 59-63k). The
+default stays Pillow, which needs nothing more, and whose recipes (and checkpoints) name no
+decoder. ``TOLERANCE`` is what the tests
 allow (two levels of 255 at a pixel, 0.05 on average over an image: the rounding of another IDCT
 or colour conversion, as a libjpeg-turbo build may differ).
 """
