@@ -66,7 +66,7 @@ def test_the_profile_counts_a_class_s_methods_and_comprehensions_under_its_kind(
     count = ["run", "_Delivery.__iter__", "Batch.tokens_per_dataset.<locals>.<listcomp>", "count_nonzero"]
     assert profile.kind_of(count) == delivery, "the delivery's own counting is not the benchmark's loop"
     assert profile.kind_of(["run", "_Iterator.__next__"]) == consumer
-    assert profile.kind_of(["Thread.run", "Mixer.take", "Mixer._run_rule.<locals>.takes"]).startswith("mixer")
+    assert profile.kind_of(["Thread.run", "Mixer.take", "Mixer._run_end.<locals>.takes"]).startswith("mixer")
     assert profile.kind_of(["Thread.run", "Mixer.takeover"]) == "other", "a prefix is a whole name"
 
 

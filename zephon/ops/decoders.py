@@ -27,9 +27,8 @@ all). It holds the GIL while it decodes (pyspng 0.1.4), so several thread worker
 it: there OpenCV, which lets go of it, is the faster (two thread workers, torch resizing: 53-61k
 image-text tokens/s against 46-48k; two process workers: libspng 63-66k, OpenCV 59-63k). The
 default stays Pillow, which needs nothing more, and whose recipes (and checkpoints) name no
-decoder. ``TOLERANCE`` is what the tests
-allow (two levels of 255 at a pixel, 0.05 on average over an image: the rounding of another IDCT
-or colour conversion, as a libjpeg-turbo build may differ).
+decoder. ``TOLERANCE`` is what the tests allow (two levels of 255 at a pixel, 0.05 on average over
+an image: the rounding of another IDCT or colour conversion, as a libjpeg-turbo build may differ).
 """
 
 from __future__ import annotations

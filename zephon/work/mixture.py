@@ -304,9 +304,9 @@ class Mixer:
 
     def _take_by_shares(self, limit: int, runs: bool) -> Piece:
         """``take`` for fixed shares and several datasets: :func:`pick`'s keys (the same
-        arithmetic, as ``_pick`` has them), the cut, the run (``_run_stop``) and the advance, in
-        one pass over the lists: it runs for every piece of a lane, and each step on its own
-        went over the datasets again."""
+        arithmetic, without its lists), the cut, the run (``_run_end``) and the advance, in one
+        pass over the datasets: it runs for every piece of a lane, where each step on its own
+        went over them again."""
         all_bounds, docs, offsets, used = self.bounds, self.docs, self.offsets, self.used
         tokens = self.unit == "tokens"
         best, best_key, left = 0, None, []
