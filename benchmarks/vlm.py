@@ -154,47 +154,53 @@ def decoders(reps: int = 5) -> list[str]:
     through the operator's own path (decode, JPEG at Pillow's draft scale, EXIF turn, Pillow's
     bicubic resize to the 224 centre crop, patches), one thread, decoders interleaved, ``reps``
     rounds, medians; and its pixels against Pillow's: the largest difference of any channel of any
-    pixel, and the largest mean difference of an image."""
+    pixel, and the largest mean difference of an image. Then the same with ``resizer="torch"`` (one
+    torch thread), where a decoder's pixels go to the resize without a Pillow image."""
     import numpy as np
+    import torch
 
     from zephon.ops.decoders import DECODERS, DEFAULT
     from zephon.ops.images import Images
     from zephon.testing.images import photos
 
     samples = photos()
-    ops = {}
+    torch.set_num_threads(1)  # as a worker has it
+    ops, torch_ops = {}, {}
     for name in DECODERS:
         try:
             ops[name] = Images(size=SIZE, patch=PATCH, decoder=name)
+            torch_ops[name] = Images(size=SIZE, patch=PATCH, decoder=name, resizer="torch")
         except ValueError as e:  # not installed
             print(f"decoder {name}: {e}", flush=True)
     kinds = {kind: [d for _, e, d, _ in samples if e == kind] for kind in ("jpg", "png")}
-    times = {(n, k): [] for n in ops for k in kinds}
+    blobs = [d for _, _, d, _ in samples]
+    times = {(n, k): [] for n in ops for k in (*kinds, "torch")}
     for _ in range(reps):
         for name, op in ops.items():
-            for kind, blobs in kinds.items():
+            for kind, these in (*kinds.items(), ("torch", blobs)):
+                run = torch_ops[name] if kind == "torch" else op
                 start = time.perf_counter()
-                for b in blobs:
-                    op.patches(b)
-                times[name, kind].append((time.perf_counter() - start) / len(blobs) * 1e3)
-    blobs = [d for _, _, d, _ in samples]
+                for b in these:
+                    run.patches(b)
+                times[name, kind].append((time.perf_counter() - start) / len(these) * 1e3)
     want = [ops["pillow"].patches(d).pixels.astype(np.int16) for d in blobs]
     jpegs, pngs = len(kinds["jpg"]), len(kinds["png"])
     lines = [
         f"| decoder | JPEG ms/image ({jpegs}) | PNG ms/image ({pngs}) | all ({len(samples)}) | vs Pillow "
-        "| max abs diff | max mean abs diff |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| all, torch resizing | vs Pillow | max abs diff | max mean abs diff |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    base = None
+    base = base_torch = None
     for name, op in ops.items():
         jpg, png = statistics.median(times[name, "jpg"]), statistics.median(times[name, "png"])
-        every = (jpg * jpegs + png * pngs) / len(samples)
-        base = base or every
+        every, resized = (jpg * jpegs + png * pngs) / len(samples), statistics.median(times[name, "torch"])
+        base, base_torch = base or every, base_torch or resized
         diffs = [np.abs(op.patches(d).pixels.astype(np.int16) - w) for d, w in zip(blobs, want, strict=True)]
         label = (op.decoder_version or f"pillow {op.pillow}") + (" (default)" if name == DEFAULT else "")
         lines.append(
-            f"| {label} | {jpg:.2f} | {png:.2f} | {every:.2f} | {base / every:.2f}x | "
-            f"{max(int(d.max()) for d in diffs)} | {max(float(d.mean()) for d in diffs):.3f} |"
+            f"| {label} | {jpg:.2f} | {png:.2f} | {every:.2f} | {base / every:.2f}x | {resized:.2f} | "
+            f"{base_torch / resized:.2f}x | {max(int(d.max()) for d in diffs)} | "
+            f"{max(float(d.mean()) for d in diffs):.3f} |"
         )
     return lines
 
@@ -349,7 +355,9 @@ def write(results: dict, args, decoder_lines: list[str]) -> None:
         "", "## The decoder", "",
         "Each `images(decoder=...)` installed, on the photographs through the operator (decode, JPEG at "
         "Pillow's draft scale, EXIF turn, Pillow's bicubic resize to the 224 centre crop, patches), one "
-        "thread, in the benchmark's process, interleaved, medians; pixels against Pillow's:",
+        "thread, in the benchmark's process, interleaved, medians, and all of them again with "
+        "`resizer='torch'` (one torch thread; a decoder's pixels go to it without a Pillow image); "
+        "pixels against Pillow's:",
         "", *decoder_lines,
     ]  # fmt: skip
     write_result("vlm.md", lines, echo=False)

@@ -18,17 +18,17 @@ raises the same error with every decoder.
   alpha dropped); not 16-bit grey, which Pillow clips otherwise. JPEG and the rest: Pillow.
 
 Measured on the benchmark's photographs (``benchmarks/vlm.py``, its decoder table): each gives
-Pillow's very pixels (JPEG at every draft scale, PNG grey, RGB and RGBA). OpenCV, simplejpeg and
-PyTurboJPEG take the same time within the noise: Pillow already decodes JPEG with libjpeg-turbo and
-its DCT scaling, and its PNG decoder (zlib-ng) is as fast as OpenCV's libpng. libspng decodes the
-PNG photographs in two thirds of Pillow's time (2.6 against 3.3-3.9 ms an image, the same pixels),
-and with ``resizer="torch"`` hands them over without a Pillow image (about 1 ms an image less in
-all). It holds the GIL while it decodes (pyspng 0.1.4), so several thread workers take turns with
-it: there OpenCV, which lets go of it, is the faster (two thread workers, torch resizing: 53-61k
-image-text tokens/s against 46-48k; two process workers: libspng 63-66k, OpenCV 59-63k). The
-default stays Pillow, which needs nothing more, and whose recipes (and checkpoints) name no
-decoder. ``TOLERANCE`` is what the tests allow (two levels of 255 at a pixel, 0.05 on average over
-an image: the rounding of another IDCT or colour conversion, as a libjpeg-turbo build may differ).
+Pillow's very pixels (JPEG at every draft scale, PNG grey, RGB and RGBA). On JPEG none gains much:
+Pillow already decodes it with libjpeg-turbo and its DCT scaling. libspng decodes the PNG
+photographs in two thirds of Pillow's time (2.6 against 3.3-3.9 ms an image), OpenCV a little
+faster than Pillow; with ``resizer="torch"`` their pixels go to the resize without a Pillow image,
+so the whole step takes 3.6 ms an image with libspng, 3.7 with OpenCV, 4.6 with Pillow. libspng
+holds the GIL while it decodes (pyspng 0.1.4), so several thread workers take turns with it: there
+OpenCV, which lets go of it, is the faster (two thread workers, torch resizing: 53-61k image-text
+tokens/s against 46-48k; two process workers: libspng 63-66k, OpenCV 59-63k). The default stays
+Pillow, which needs nothing more, and whose recipes (and checkpoints) name no decoder.
+``TOLERANCE`` is what the tests allow (two levels of 255 at a pixel, 0.05 on average over an
+image: the rounding of another IDCT or colour conversion, as a libjpeg-turbo build may differ).
 """
 
 from __future__ import annotations
