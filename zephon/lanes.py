@@ -75,6 +75,11 @@ class ChunkWork:
         """The tokenizers the operators load (``WorkOperator.tokenizers``)."""
         return tuple(dict.fromkeys(t for op in self.ops for t in op.tokenizers))
 
+    @property
+    def holds_gil(self) -> str | None:
+        """What of the work holds the GIL, and what to choose instead (``WorkOperator.holds_gil``)."""
+        return next((op.holds_gil for op in self.ops if op.holds_gil), None)
+
     def prepare(self) -> None:
         """Load what the operators need (a tokenizer) before the first chunk."""
         for op in self.ops:

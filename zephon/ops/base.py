@@ -52,6 +52,9 @@ class WorkOperator(Operator):
     # the tokenizers ``work`` loads, as (tokenizer_id, backend): the fork server loads them once,
     # and its workers start with them loaded (zephon.runners.preload)
     tokenizers: tuple[tuple[str, str], ...] = ()
+    # where most of ``work`` holds the GIL, what does and what to choose instead: thread workers
+    # would take turns at it, and the thread runner says so (None: it lets go of it)
+    holds_gil: str | None = None
 
     def prepare(self) -> None:
         """Load what ``work`` needs, so that the first unit does not wait for it (a worker

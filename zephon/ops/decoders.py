@@ -49,6 +49,8 @@ FORMATS = {
     "turbojpeg": {"JPEG": ("L", "RGB")},
     "spng": {"PNG": ("1", "L", "LA", "P", "RGB", "RGBA")},  # all but L become RGB, as Pillow converts them
 }
+# the decoders that hold the GIL while they decode (thread workers take turns at them)
+HOLDS_GIL = ("spng",)  # pyspng 0.1.4 (measured: a spinning thread beside it got half its speed)
 # the largest difference from Pillow's pixels a decoder may make, per channel, after the resize
 # (levels of 0-255): the max over pixels, and the mean over an image
 TOLERANCE = {"max": 2, "mean": 0.05}

@@ -106,6 +106,16 @@ class Images(WorkOperator):
     def imports(self) -> tuple[str, ...]:
         return ("torch",) if self.resizer == "torch" else ()
 
+    @property
+    def holds_gil(self) -> str | None:
+        if self.decoder not in decoders.HOLDS_GIL:
+            return None
+        return (
+            f"images(decoder={self.decoder!r}) holds the GIL while it decodes, so thread workers take "
+            "turns at it: with several workers use runner='process', or decoder='opencv' (which lets "
+            "go of it)"
+        )
+
     def prepare(self) -> None:
         """torch, where it resizes, is imported before a worker takes work (two seconds a worker
         here, where the fork server did not import it), not in the middle of its first unit."""

@@ -13,12 +13,16 @@ inline, against 0.88-0.94x with one thread a call, side by side).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from zephon.runners.base import Executor, InlineExecutor, Runner
 from zephon.runners.priority import WorkerThreads
+
+log = logging.getLogger(__name__)
+_SAID: set[str] = set()  # what holds the GIL, said once a process (every run would repeat it)
 
 
 class ThreadExecutor(WorkerThreads):
@@ -33,6 +37,10 @@ class ThreadRunner(Runner):
     background = True
 
     def executor(self, work, parallelism: int, timeout: float) -> Executor:
+        held = getattr(work, "holds_gil", None)
+        if parallelism > 1 and held and held not in _SAID:
+            _SAID.add(held)
+            log.warning("zephon: %s (%d thread workers here)", held, parallelism)
         return InlineExecutor(work) if parallelism == 0 else ThreadExecutor(work, parallelism)
 
 
