@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from zephon.ops import BatchRows, PackFlat, Rows, Shuffle
-from zephon.ops.containers import Docs
+from zephon.ops.containers import Docs, Patches
 from zephon.ops.pack import decreasing
 from zephon.work import Mixer, MixRule, MixState, Position
 from zephon.work.mixture import pick
@@ -132,6 +132,54 @@ def test_wrap_with_two_datasets_cuts_pieces_at_the_row_end():
     assert rows.tokens.tolist() == [[100, 101, 102, 1, 2, 3], [4, 103, 104, 105, 5, 6]]
     assert rows.positions.tolist() == [[0, 1, 2, 0, 1, 2], [0, 0, 1, 2, 0, 1]]
     assert rows.sources.tolist() == [[1, 1, 1, 0, 0, 0], [0, 1, 1, 1, 0, 0]]
+
+
+def _image_chunk(lengths: list[int], images: list[int], first_token: int) -> Docs:
+    """A chunk of documents of the given lengths whose first ``images[i]`` tokens are image
+    tokens, each with a patch of 12 distinct bytes."""
+    docs = _chunks(0, [lengths], first_token)[0]
+    mask = np.zeros(len(docs.tokens), bool)
+    for start, k in zip(docs.offsets[:-1].tolist(), images, strict=True):
+        mask[start : start + k] = True
+    count = int(mask.sum())
+    pixels = (np.arange(count * 12) % 251).astype(np.uint8).reshape(count, 12) + first_token % 5
+    grid = np.stack([np.arange(count), np.full(count, 2), np.full(count, 3)], axis=1).astype(np.int32)
+    docs.patches = Patches(pixels, grid)
+    docs.patch_at = np.concatenate([[0], np.cumsum(mask)]).astype(np.int64)
+    return docs
+
+
+@pytest.mark.parametrize("images", [False, True])
+def test_rows_built_in_the_shuffled_order_are_the_packed_rows_permuted(images):
+    # best-fit rows end in padding and differ in length: each row's tokens, places, documents
+    # and patches must move with it, whatever order the shuffle gives the rows
+    lengths = [7, 3, 9, 2, 5, 8, 4, 6, 1, 9, 3]
+    if images:
+        chunk = _image_chunk(lengths, [k % 4 for k in lengths], first_token=1)
+    else:
+        chunk = _chunks(0, [lengths])[0]
+    pack = PackFlat(9, "best_fit")
+
+    def fill(order=None):
+        fetch = lambda d, k, skip: chunk if k == 0 else None  # noqa: E731 - read from the start
+        mixer = Mixer(MixRule(["d0"], [1.0], "tokens"), fetch, MixState.start(1), max_empty=[5])
+        return pack.fill(mixer, 5, order)
+
+    plain = fill()
+    assert (plain.vision is not None) == images
+    assert len({int((row >= 0).sum()) for row in plain.sources}) > 1  # rows of different lengths
+    for seed in range(4):
+        order = np.random.default_rng(seed).permutation(5)
+        shuffled, expected = fill(lambda n, order=order: order[:n]), plain.take(order)
+        for name in Rows.FIELDS:
+            assert np.array_equal(getattr(shuffled, name), getattr(expected, name)), name
+        if images:
+            got, want = shuffled.vision, expected.vision
+            assert np.array_equal(got.mask, want.mask) and np.array_equal(got.offsets, want.offsets)
+            assert np.array_equal(got.patches.pixels, want.patches.pixels)
+            assert np.array_equal(got.patches.grid, want.patches.grid)
+        else:
+            assert shuffled.vision is None and expected.vision is None
 
 
 def test_best_fit_packs_a_prefix_decreasing_then_stops_at_the_first_misfit():

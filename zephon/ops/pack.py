@@ -240,9 +240,8 @@ def build_rows(bins: list[list[Piece]], lengths: list[int], row_len: int, pad_id
         return Rows.padding(0, row_len, pad_id)
     rows = range(n) if order is None else order.tolist()
     pieces = [p for r in rows for p in bins[r]]
-    if any(p.docs.patches is not None for p in pieces):
-        out = _build_image_rows([p for b in bins for p in b], lengths, row_len, pad_id)
-        return out if order is None else out.take(order)
+    if any(p.docs.patches is not None for p in pieces):  # in the order the rows go out, too
+        return _build_image_rows(pieces, [lengths[r] for r in rows], row_len, pad_id)
     count = len(pieces)
     tokens = np.concatenate([p.docs.tokens[p.start : p.stop] for p in pieces])
     positions = np.concatenate([p.docs.token_positions()[p.start : p.stop] for p in pieces])
