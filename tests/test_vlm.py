@@ -26,6 +26,7 @@ from support.exif import STORED, jpeg, quadrants
 from zephon import Dataset, MixtureWorkSource, Pipeline
 from zephon.fingerprint import of_dataset
 from zephon.io.formats import BadRecord, DataError
+from zephon.ops.containers import Patches, fresh
 from zephon.ops.images import Images
 from zephon.testing import check_conformance, drain, run_job
 from zephon.testing.images import digits, photos, write_image_folder, write_parquet, write_webdataset
@@ -412,6 +413,39 @@ def test_pixels_are_part_of_the_digest(layouts, gpt2):
     assert a.digest() == b.digest()
     b.vision.patches.pixels[0, 0] ^= 1
     assert a.digest() != b.digest()
+
+
+def _mapping(array: np.ndarray) -> dict[str, list[str]]:
+    """The /proc/self/smaps entry of the mapping that holds the middle of ``array``'s memory."""
+    address, entry = array.__array_interface__["data"][0] + array.nbytes // 2, None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            name, *rest = line.split()
+            if "-" in name and not name.endswith(":"):
+                lo, hi = (int(x, 16) for x in name.split("-"))
+                entry = {} if lo <= address < hi else None
+            elif entry is not None:
+                entry[name] = rest
+                if name == "VmFlags:":
+                    return entry
+    raise AssertionError("no mapping holds the array")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux's /proc tells the page sizes")
+def test_a_windows_patches_are_copied_into_memory_of_small_pages():
+    # where numpy would ask for huge pages (MADV_HUGEPAGE, the 'hg' flag) the window's patches go
+    # to memory of ordinary pages; small arrays stay numpy's
+    items = [Patches(np.full((4000, 768), k, np.uint8), np.zeros((4000, 3), np.int32)) for k in range(3)]
+    window = Patches.concat(items, 768)
+    assert window.pixels.shape == (12000, 768) and window.pixels.flags.writeable
+    assert [int(window.pixels[i * 4000 + 7, 5]) for i in range(3)] == [0, 1, 2]
+    mapping = _mapping(window.pixels)
+    assert "hg" not in mapping["VmFlags:"] and mapping["AnonHugePages:"][0] == "0"
+    numpys = np.ones(window.pixels.nbytes, np.uint8)  # as numpy allocates it, same size
+    if np._core.multiarray._get_madvise_hugepage():
+        assert "hg" in _mapping(numpys)["VmFlags:"]
+    small = fresh((10, 768), np.uint8)
+    assert small.base is None and small.shape == (10, 768)
 
 
 @functools.cache
