@@ -22,7 +22,8 @@ Pillow's very pixels (JPEG at every draft scale, PNG grey, RGB and RGBA). On JPE
 Pillow already decodes it with libjpeg-turbo and its DCT scaling. libspng decodes the PNG
 photographs in two thirds of Pillow's time (2.6 against 3.3-3.9 ms an image), OpenCV a little
 faster than Pillow; with ``resizer="torch"`` their pixels go to the resize without a Pillow image,
-so the whole step takes 3.6 ms an image with libspng, 3.7 with OpenCV, 4.6 with Pillow. libspng
+so the whole step takes 3.6-3.7 ms an image with libspng, 3.7-3.9 with OpenCV, 4.1-4.6 with
+Pillow (two runs of the table). libspng
 holds the GIL while it decodes (pyspng 0.1.4), so several thread workers take turns with it: there
 OpenCV, which lets go of it, is the faster (two thread workers, torch resizing: 53-61k image-text
 tokens/s against 46-48k; two process workers: libspng 63-66k, OpenCV 59-63k). The default stays
