@@ -240,8 +240,9 @@ def build_rows(bins: list[list[Piece]], lengths: list[int], row_len: int, pad_id
         return Rows.padding(0, row_len, pad_id)
     rows = range(n) if order is None else order.tolist()
     pieces = [p for r in rows for p in bins[r]]
-    if any(p.docs.patches is not None for p in pieces):  # in the order the rows go out, too
-        return _build_image_rows(pieces, [lengths[r] for r in rows], row_len, pad_id)
+    filled = [lengths[r] for r in rows]  # each row's tokens, in the order the rows go out
+    if any(p.docs.patches is not None for p in pieces):
+        return _build_image_rows(pieces, filled, row_len, pad_id)
     count = len(pieces)
     tokens = np.concatenate([p.docs.tokens[p.start : p.stop] for p in pieces])
     positions = np.concatenate([p.docs.token_positions()[p.start : p.stop] for p in pieces])
@@ -254,7 +255,7 @@ def build_rows(bins: list[list[Piece]], lengths: list[int], row_len: int, pad_id
         p, a = pieces[i], int(at[i])
         shift = positions[a]
         positions[a : a + min(p.stop, int(p.docs.offsets[p.doc + 1])) - p.start] -= shift
-    filled = np.array([lengths[r] for r in rows], np.int64)
+    filled = np.array(filled, np.int64)
     if (filled == row_len).all():
         shape = (n, row_len)
         return Rows(tokens.reshape(shape), positions.reshape(shape), sources.reshape(shape),
