@@ -286,8 +286,15 @@ def test_a_worker_process_holds_more_units_at_once_only_while_its_units_are_quic
         while not executor.pool_up and time.monotonic() < deadline:
             time.sleep(0.01)
         assert executor.pool_up
-        for _ in range(4):  # its pace, one unit at a time
+        # its pace, one unit at a time: an average that keeps a quarter of each unit, so 16 units
+        # leave a slow first one (a fresh worker on a busy machine: tens of ms) at 1% of it; quick
+        # units go on until their round trips average under QUICK (0.3-1.5 ms each here, but a
+        # busy moment of the machine takes them past it), at most 400 of them
+        for k in range(400):
             executor.submit((seconds, None)).result(60)
+            pace = executor.workers[0].pace
+            if k >= 15 and (seconds > 0 or pace < ProcessExecutor.QUICK):
+                break
         held = [executor.submit((0.0, gate)) for _ in range(12)]  # at the worker until the gate opens
         time.sleep(0.2)
         with executor.ready:
