@@ -331,6 +331,29 @@ def test_training_inputs_carry_one_normalized_patch_per_image_token_and_no_loss_
         assert np.allclose(t["pixel_values"].reshape(len(raw), -1), raw / 127.5 - 1, atol=1e-6)
 
 
+def test_training_pixels_are_normalized_in_one_float_array_with_the_formulas_very_values(layouts, gpt2):
+    import tracemalloc
+
+    image, text = fields("webdataset")
+    p = Pipeline(dataset(layouts, "webdataset")).options(num_lanes=1, runner="inline", chunk_size=16)
+    p = p.images(field=image, size=64, patch=32).tokenize(gpt2, field=text, image_token=IMAGE_TOKEN)
+    batch = drain(p.pack_flat(400).batch(2), 1)[0]  # 32x32 patches: the pixels outweigh all else
+    batch.normalize = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+    tracemalloc.start()  # numpy reports its arrays' memory to it
+    try:
+        t = batch.to_training()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    values, mask = t["pixel_values"], batch.vision.mask
+    raw = batch.vision.patches.pixels[np.nonzero(mask)[1] < mask.shape[1] - 1].reshape(values.shape)
+    mean, std = (np.asarray(v, np.float32) for v in batch.normalize)
+    want = (raw.astype(np.float32) / 255.0 - mean) / std
+    assert values.dtype == np.float32 and np.array_equal(values, want)
+    # the float pixels and their uint8 source at most, never a second float array at once
+    assert values.nbytes > 1 << 20 and peak < 1.25 * (values.nbytes + raw.nbytes), (peak, values.nbytes)
+
+
 def test_a_text_dataset_mixed_with_an_image_dataset_by_tokens(layouts, gpt2, corpus):
     text = Dataset.from_path("text", corpus, exhausted="repeat")
     images = dataset(layouts, "webdataset", exhausted="repeat")
