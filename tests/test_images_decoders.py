@@ -14,7 +14,7 @@ from support.exif import STORED, jpeg, quadrants
 from support.photos import photo_pipelines
 
 from zephon.ops import decoders
-from zephon.ops.images import Images
+from zephon.ops.images import Images, png_metadata
 from zephon.testing.images import photos
 
 
@@ -75,6 +75,74 @@ def test_every_decoder_turns_a_jpeg_upright_as_pillow_does(decoder, orientation)
     got = Images(size=32, patch=8, resize="fit", decoder=decoder).patches(turned)
     want = Images(size=32, patch=8, resize="fit").patches(turned)
     assert got.grid.tolist() == want.grid.tolist() and within_tolerance(got.pixels, want.pixels)
+
+
+def oriented_png(orientation: int, where: str) -> bytes:
+    """The quadrants stored turned, as a PNG whose chunks say how to show them: ``where`` the
+    orientation is, an EXIF chunk before or after the pixels, XMP, or an EXIF profile in hex (as
+    ImageMagick writes it)."""
+    from PIL import PngImagePlugin
+
+    stored = Image.fromarray(np.ascontiguousarray(STORED[orientation](quadrants())))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    raw = exif.tobytes()
+    if where == "xmp":
+        info = PngImagePlugin.PngInfo()
+        info.add_itxt("XML:com.adobe.xmp", f'<x:xmpmeta><rdf:Description tiff:Orientation="{orientation}"/>')
+        return _png(stored, pnginfo=info)
+    if where == "hex profile":
+        info = PngImagePlugin.PngInfo()
+        info.add_text("Raw profile type exif", f"\nexif\n{len(raw)}\n{raw.hex()}", zip=True)
+        return _png(stored, pnginfo=info)
+    data = _png(stored, exif=raw)
+    if where == "exif after the pixels":
+        at = data.index(b"eXIf") - 4
+        chunk = data[at : at + 12 + int.from_bytes(data[at : at + 4], "big")]
+        data = data[:at] + data[at + len(chunk) :]
+        end = data.index(b"IEND") - 4
+        data = data[:end] + chunk + data[end:]
+    return data
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+@pytest.mark.parametrize("where", ["exif", "exif after the pixels", "xmp", "hex profile"])
+@pytest.mark.parametrize("orientation", [3, 6])
+def test_every_decoder_turns_a_png_upright_wherever_its_orientation_is_kept(decoder, where, orientation):
+    """Where Pillow finds an orientation in a PNG, every decoder shows it upright as Pillow does."""
+    upright = _png(Image.fromarray(quadrants()))
+    turned = oriented_png(orientation, where)
+    assert png_metadata(turned) == ("after" if where == "exif after the pixels" else "before")
+    want = Images(size=32, patch=8, resize="fit").patches(upright)
+    got = Images(size=32, patch=8, resize="fit", decoder=decoder).patches(turned)
+    assert got.grid.tolist() == want.grid.tolist() and within_tolerance(got.pixels, want.pixels)
+
+
+def test_a_png_oriented_before_its_pixels_is_decoded_by_the_decoder_not_by_pillow(monkeypatch):
+    """Pillow's getexif decodes a whole PNG to look for EXIF after the pixels: where the chunks
+    that turn it all come first, libspng decodes it, once, and Pillow does not."""
+    from PIL import PngImagePlugin
+
+    if not installed("spng"):
+        pytest.skip("pyspng is not installed")
+    loads = []
+    load = PngImagePlugin.PngImageFile.load
+    monkeypatch.setattr(PngImagePlugin.PngImageFile, "load", lambda self: loads.append(1) or load(self))
+    for where in ("xmp", "exif", "hex profile"):
+        Images(size=32, patch=8, decoder="spng").patches(oriented_png(6, where))
+    assert loads == []
+    Images(size=32, patch=8, decoder="spng").patches(oriented_png(6, "exif after the pixels"))
+    assert loads, "a PNG with EXIF after its pixels is Pillow's to decode"
+
+
+def test_the_png_chunk_walk_says_where_orientation_may_lie():
+    plain = _png(Image.fromarray(quadrants()))
+    assert png_metadata(plain) is None
+    assert png_metadata(_with_chunk(plain, b"tEXt", b"Comment\0hi")) == "before"
+    assert png_metadata(plain[:-12]) == "after"  # no IEND: Pillow says what is wrong
+    assert png_metadata(b"GIF89a") == "after"
+    lengths_wrong = plain[:33] + (1 << 30).to_bytes(4, "big") + plain[37:]
+    assert png_metadata(lengths_wrong) == "after"
 
 
 def cut(data: bytes) -> bytes:

@@ -232,6 +232,32 @@ def _resizer_version(resizer: str) -> str | None:
     return f"torch {torch.__version__.split('+')[0]}"
 
 
+# the PNG chunks from which Pillow takes an orientation: EXIF, and text (an EXIF profile in hex, as
+# ImageMagick writes it, or XMP's tiff:Orientation)
+_PNG_ORIENTING = (b"eXIf", b"tEXt", b"zTXt", b"iTXt")
+
+
+def png_metadata(data: bytes) -> str | None:
+    """Where a PNG's chunks that can turn it lie: None (it has none: upright as stored),
+    ``"before"`` (all before its first pixels, ``IDAT``: Pillow has read them on opening), or
+    ``"after"`` (one follows the pixels, or the chunks cannot be walked: Pillow decides)."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        return "after"
+    found, at, pixels = None, 8, False
+    while at + 8 <= len(data):
+        kind = data[at + 4 : at + 8]
+        if kind == b"IDAT":
+            pixels = True
+        elif kind in _PNG_ORIENTING:
+            if pixels:
+                return "after"
+            found = "before"
+        elif kind == b"IEND":
+            return found
+        at += 12 + int.from_bytes(data[at : at + 4], "big")
+    return "after"  # no IEND where the lengths lead: let Pillow say what is wrong
+
+
 def decode(value, field: str, size: int, decoder: str = "pillow", rgbx: bool = False):
     """A Pillow image, grey (``L``) or RGB, from encoded bytes (or a dict holding them), upright by
     its EXIF orientation, or a ValueError; a JPEG is decoded at the smallest scale that keeps both
@@ -259,11 +285,17 @@ def decode(value, field: str, size: int, decoder: str = "pillow", rgbx: bool = F
                 f"images(field={field!r}): an image of {image.width} x {image.height} pixels, over the "
                 f"limit of {MAX_PIXELS:,} (filter it out, or skip bad records with on_error='skip')"
             )
-        # Pillow decodes a PNG to find an EXIF chunk that may follow the pixels: a PNG whose bytes
-        # hold no EXIF chunk and no XMP orientation is upright without that (and one that does is
+        # Pillow decodes a whole PNG (getexif) to look for EXIF after its pixels; where the chunks
+        # that can say how it is turned all come before the pixels, Pillow read them on opening,
+        # and its EXIF is had without the decode (a PNG with such chunks after the pixels is
         # left to Pillow, which has decoded it by then)
-        png_exif = image.format == "PNG" and (b"eXIf" in value or b"Orientation" in value)
-        turn = TURN.get(image.getexif().get(ORIENTATION)) if image.format != "PNG" or png_exif else None
+        png_exif = image.format == "PNG" and png_metadata(value)
+        if png_exif == "before":
+            turn, png_exif = TURN.get(Image.Image.getexif(image).get(ORIENTATION)), False
+        elif image.format != "PNG" or png_exif:
+            turn = TURN.get(image.getexif().get(ORIENTATION))
+        else:
+            turn = None
         pixels = None
         if decoder != "pillow" and not png_exif:
             scale = decoders.draft_scale(image.width, image.height, size)
