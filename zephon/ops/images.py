@@ -9,6 +9,11 @@ per patch before the text.
 An image is turned upright by its EXIF orientation (a phone's "rotate 90" JPEG is stored sideways),
 as Pillow's ``ImageOps.exif_transpose`` would, after the JPEG draft decoding (which asks for a
 square, so a quarter turn changes nothing there) and only where the tag says the image is turned.
+A PNG's orientation is where Pillow finds it: an EXIF chunk, XMP's ``tiff:Orientation``, or an EXIF
+profile in hex (``Raw profile type exif``, as ImageMagick writes it; until commit 3cae6cb such a
+PNG was taken as upright, where Pillow turns it). Where those chunks all precede the pixels, Pillow
+read them on opening and the image is decoded once, by ``decoder``; one after the pixels is
+Pillow's to decode.
 ``params()`` holds ``orientation="exif"``: a checkpoint made before images were turned is refused
 by name rather than resumed with other pixels.
 
