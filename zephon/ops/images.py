@@ -294,15 +294,14 @@ def decode(value, field: str, size: int, decoder: str = "pillow", rgbx: bool = F
         # that can say how it is turned all come before the pixels, Pillow read them on opening,
         # and its EXIF is had without the decode (a PNG with such chunks after the pixels is
         # left to Pillow, which has decoded it by then)
-        png_exif = image.format == "PNG" and png_metadata(value)
-        if png_exif == "before":
-            turn, png_exif = TURN.get(Image.Image.getexif(image).get(ORIENTATION)), False
-        elif image.format != "PNG" or png_exif:
-            turn = TURN.get(image.getexif().get(ORIENTATION))
-        else:
+        png = png_metadata(value) if image.format == "PNG" else "not a PNG"
+        if png is None:
             turn = None
+        else:  # Pillow's own getexif on a PNG whose chunks it read on opening, without the decode
+            exif = Image.Image.getexif(image) if png == "before" else image.getexif()
+            turn = TURN.get(exif.get(ORIENTATION))
         pixels = None
-        if decoder != "pillow" and not png_exif:
+        if decoder != "pillow" and png != "after":
             scale = decoders.draft_scale(image.width, image.height, size)
             pixels = decoders.array(decoders.load(decoder), value, image.format, image.mode, scale, rgbx)
         if pixels is not None:
