@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from support.functions import SlowToStart, ThreadCounts, counting_to, sleeping_for, sleeping_then_waiting
 
 from zephon.lanes import ReadAhead
-from zephon.runners import get_runner, handover
+from zephon.runners import arena, get_runner, handover
 from zephon.runners.process import ProcessExecutor
 from zephon.runners.thread import ThreadExecutor
 
@@ -370,12 +370,15 @@ def test_large_results_come_back_through_shared_memory_and_leave_nothing_there(t
         deadline = time.monotonic() + 60
         while not executor.pool_up and time.monotonic() < deadline:
             time.sleep(0.05)  # the first units would run in this process
-        futures = {n: executor.submit(n) for n in (10, 100_000, 300_000, 100_000)}
-        for n, future in futures.items():
+        # 2 MB or so each: round each worker's arena (8 MiB, sized by its first large result) 5 times
+        sizes = [10, 100_000, 300_000, 100_000] + [250_000 + 997 * k for k in range(40)]
+        futures = [(n, executor.submit(n)) for n in sizes]
+        for n, future in futures:
             out = future.result(60)
             assert np.array_equal(out, np.arange(n)) and out.flags.writeable
-            # large: a view of the buffer read from the file; small: of the bytes from the pipe
+            # large: a view of the buffer copied out of shared memory; small: of the bytes from the pipe
             assert isinstance(out.base, np.ndarray) == (n >= 100_000), type(out.base)
+        assert all(arena.read_of(w.arena) > 0 for w in executor.workers), "each worker's arena was used"
     finally:
         executor.shutdown()
     assert list(tmp_path.iterdir()) == [], "every file is removed once read"
@@ -405,6 +408,51 @@ def test_a_shipped_result_is_read_once_and_its_file_removed(tmp_path):
     handover.remove_all(handover.prefix(str(tmp_path)))
     assert len(list(tmp_path.iterdir())) == 1, "another pool's files stay"
     handover.remove_all(str(next(tmp_path.iterdir()))[:-32])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_arena_carries_results_round_and_round_and_never_over_what_was_not_read(tmp_path):
+    # the worker's side and the owner's, in one process: put, copy out, say how far it was read
+    prefix = handover.prefix(str(tmp_path))
+    ring = arena.Arena(prefix + "arena-1")
+    results = [{"ids": np.arange(k, k + 100_000, dtype=np.int64), "k": k} for k in range(60)]
+    shipped = [handover.ship(results[0], prefix, ring)]
+    name = os.path.basename(ring.path)
+    assert ring.size == arena.SMALLEST and [p.name for p in tmp_path.iterdir()] == [name]
+    # 800 kB each in 8 MiB: ten fit, the eleventh does not while none was read
+    shipped += [handover.ship(r, prefix, ring) for r in results[1:11]]
+    assert [type(s).__name__ for s in shipped] == ["_InArena"] * 10 + ["_Shipment"]
+    back = [pickle.loads(pickle.dumps(s)) for s in shipped]  # the owner copies them out, in order
+    assert not (tmp_path / name).exists(), "removed once the owner mapped it"
+    for got, want in zip(back, results, strict=False):
+        assert got["k"] == want["k"] and np.array_equal(got["ids"], want["ids"])
+        assert got["ids"].flags.writeable and got["ids"].ctypes.data % 64 == 0
+    ring.heard(arena.read_of(ring.path))  # said with the next unit: the ring is free again
+    for r in results[11:]:  # round the ring several times, each read before the next is put
+        got = pickle.loads(pickle.dumps(handover.ship(r, prefix, ring)))
+        ring.heard(arena.read_of(ring.path))
+        assert np.array_equal(got["ids"], r["ids"])
+    assert ring.written > 4 * ring.size
+    kept = pickle.loads(pickle.dumps(handover.ship(results[0], prefix, ring)))
+    for r in results[1:12]:  # put after it, not read: what the owner holds is its own copy
+        handover.ship(r, prefix, ring)
+    assert np.array_equal(kept["ids"], results[0]["ids"])
+    handover.remove_all(prefix)
+    assert arena.read_of(ring.path) == 0 and list(tmp_path.iterdir()) == []
+
+
+def test_a_worker_without_room_for_an_arena_ships_each_result_in_a_file(tmp_path, monkeypatch):
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    prefix = handover.prefix(str(tmp_path))
+    ring = arena.Arena(prefix + "arena-1")
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    result = {"ids": np.arange(50_000)}
+    assert handover.ship(result, prefix, ring) is result and ring.size == -1
+    monkeypatch.undo()
+    assert type(handover.ship(result, prefix, ring)).__name__ == "_Shipment", "no arena again: a file"
+    handover.remove_all(prefix)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -64,7 +64,13 @@ if os.getpid() != OWNER and os.environ["PROBE_KILL"] == "writing":
     def _dying(fd, data, offset):
         _write(fd, bytes(data[: len(data) // 2]), offset)
         os.kill(os.getpid(), signal.SIGKILL)
-    os.pwrite = _dying
+    os.pwrite = _dying  # a result in a file of its own
+    from zephon.runners import arena
+    _put = arena._write
+    def _dying_put(ring, at, data):  # a result in the worker's arena
+        _put(ring, at, data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    arena._write = _dying_put
 def noting_worker(record):
     if os.getpid() != OWNER:
         open(os.path.join(os.environ["PROBE_PIDS"], str(os.getpid())), "w").close()
@@ -122,7 +128,12 @@ def kill_a_worker(folder: str, gpt2: str, kill: str, end: str) -> tuple[int, str
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([folder, os.environ.get("PYTHONPATH", "")]))
     command = [sys.executable, "-c", KILLED_WORKER_SCRIPT, data, gpt2, kill, end, pids]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    out, err = child.communicate(timeout=120)
+    try:
+        out, err = child.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # it never ends by itself (its data repeat): not left running
+        child.kill()
+        child.communicate()
+        raise
     return child.pid, out, err
 
 

@@ -2,22 +2,25 @@
 
 A worker's result (a chunk's tokens, an image chunk's patches: megabytes) is pickled with its
 arrays out of band (pickle protocol 5). Where they come to ``SHIP_BYTES`` or more, the worker
-writes them to a file in ``/dev/shm`` (memory, not disk) and the pipe carries only the rest and
-the file's name. The receiving process reads the file into one buffer, removes it, and unpickles
-the result over that buffer: one copy, where the pipe costs two and a round of system calls and
-thread switches per 64 KiB (a tenth of a core, measured, receiving image chunks for two workers).
+puts them in its arena (``zephon.runners.arena``: a ring in ``/dev/shm``, memory, not disk,
+that the owner maps too) and the pipe carries only the rest and where they lie; the owner copies
+them out and unpickles the result over its copy. Where the arena has no room, they go in a file
+of their own in ``/dev/shm``, which the receiving process reads into one buffer and removes:
+one copy, where the pipe costs two and a round of system calls and thread switches per 64 KiB
+(a tenth of a core, measured, receiving image chunks for two workers).
 
-Files live only between a worker's write and the receiving read, so ``/dev/shm`` holds at most
-the results in flight. Space is reserved before writing (a full ``/dev/shm``, e.g. a container's
-64 MiB default, is an error the worker sees, not a crash); where the space or the folder is not
-there, the result goes through the pipe as before. Files left by a worker that died, or by an
-owner process that died (its workers remove them as they exit), or sent as the owner exited
-(its pools' manager threads stop reading), are removed by prefix: when a pool has shut down, and
-when the owner's interpreter exits (after its pools' workers are joined). An owner killed by a
-signal (SIGKILL, or SIGTERM, which skips exit hooks) after its workers died (a broken pool takes
-the survivors down with it) leaves its files to the next pool made on the machine: it removes the
-files of owners that are gone, once ``ORPHAN_AGE`` old (a process of another PID namespace
-sharing ``/dev/shm`` looks gone too, and its results are read within moments of their writing).
+Such files live only between a worker's write and the receiving read, so ``/dev/shm`` holds at
+most the results in flight and the arenas. Space is reserved before writing (a full
+``/dev/shm``, e.g. a container's 64 MiB default, is an error the worker sees, not a crash); where
+the space or the folder is not there, the result goes through the pipe as before. Files left by
+a worker that died, or by an owner process that died (its workers remove them as they exit), or
+sent as the owner exited (its pools' manager threads stop reading), are removed by prefix: when
+a pool has shut down, and when the owner's interpreter exits (after its pools' workers are
+joined). An owner killed by a signal (SIGKILL, or SIGTERM, which skips exit hooks) after its
+workers died (a broken pool takes the survivors down with it) leaves its files to the next pool
+made on the machine: it removes the files of owners that are gone, once ``ORPHAN_AGE`` old (a
+process of another PID namespace sharing ``/dev/shm`` looks gone too, and its results are read
+within moments of their writing; its arenas are removed as soon as their owner maps them).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import time
 import uuid
 
 import numpy as np
+
+from zephon.runners import arena
 
 SHM = "/dev/shm"
 SHIP_BYTES = 64 << 10  # below this the pipe is as quick
@@ -49,9 +54,10 @@ def prefix(folder: str = SHM) -> str | None:
     return name
 
 
-def ship(result, prefix: str | None):
+def ship(result, prefix: str | None, ring: arena.Arena | None = None):
     """In a worker: ``result`` as it is, or, where its arrays are large, a small object whose
-    unpickling in the receiving process reads them from shared memory."""
+    unpickling in the receiving process reads them from shared memory: from the worker's arena
+    ``ring`` (``zephon.runners.arena``) where there is room in it, else from a file of its own."""
     if prefix is None:
         return result
     buffers: list[pickle.PickleBuffer] = []
@@ -66,6 +72,10 @@ def ship(result, prefix: str | None):
     for v in views:
         places.append((end, v.nbytes))
         end += -(-v.nbytes // _ALIGN) * _ALIGN
+    if ring is not None:
+        put = ring.put(views, places, end)
+        if put is not None:
+            return _InArena(ring.path, payload, places, end, *put)
     path = prefix + uuid.uuid4().hex
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -111,12 +121,29 @@ def receive(path: str, payload: bytes, places: list[tuple[int, int]], size: int)
     return pickle.loads(payload, buffers=[view[at : at + n] for at, n in places])
 
 
+class _InArena:
+    __slots__ = ("args",)
+
+    def __init__(self, *args):  # as from_arena takes them
+        self.args = args
+
+    def __reduce__(self):
+        return from_arena, self.args
+
+
+def from_arena(path: str, payload: bytes, places: list[tuple[int, int]], size: int, start: int, read: int):
+    """The result a worker put in its arena at ``path``: its arrays copied out of it."""
+    view = arena.take(path, start, size, read)
+    return pickle.loads(payload, buffers=[view[at : at + n] for at, n in places])
+
+
 def remove_all(prefix: str | None) -> None:
     """Remove the files left with this prefix (by a worker that died, or never received)."""
     if prefix is not None:
         for path in glob.glob(glob.escape(prefix) + "*"):
             _remove(path)
         _PREFIXES.discard(prefix)
+        arena.forget(prefix)
 
 
 def remove_orphans(folder: str = SHM) -> None:

@@ -35,7 +35,7 @@ from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from zephon.runners import handover
+from zephon.runners import arena, handover
 from zephon.runners.base import Executor, InlineExecutor, Runner, held_longest, run_into
 from zephon.runners.mainguard import check_main_is_guarded
 from zephon.runners.priority import UrgentQueue
@@ -45,11 +45,13 @@ log = logging.getLogger(__name__)
 STARTING = "the start of the worker processes (each loads the work: its tokenizer)"
 _WORK = None  # the work function of this worker process
 _SHIP = None  # where this worker puts large results for the pool's owner (handover.prefix)
+_RING = None  # its arena for them (zephon.runners.arena), where there is shared memory
 
 
 def _install(payload: bytes, owner: int, ship: str | None) -> None:
-    global _WORK, _SHIP
+    global _WORK, _SHIP, _RING
     _SHIP = ship
+    _RING = arena.Arena(f"{ship}arena-{os.getpid()}") if ship is not None else None
     _end_with(owner)
     # one thread per worker in the tokenizers' own pools and torch's (images(resizer="torch")): the
     # runner's parallelism is the knob. torch reads OMP_NUM_THREADS where it is imported after this;
@@ -182,18 +184,21 @@ def _serve(conn, payload: bytes, owner: int, ship: str | None) -> None:
     except Exception:  # the units will say what is wrong, each with its own error
         pass
     try:
-        conn.send(("up", None))
+        conn.send(("up", _RING and _RING.path))
     except OSError:  # the owner went meanwhile (its end of the pipe closed): nothing to serve
         return
     while True:
         try:
-            unit = conn.recv()
+            sent = conn.recv()
         except (EOFError, OSError):  # the owner went
             return
-        if unit is None:
+        if sent is None:
             return
+        unit, read = sent
+        if _RING is not None:
+            _RING.heard(read)
         try:
-            answer = ("ok", handover.ship(_WORK(unit), _SHIP))
+            answer = ("ok", handover.ship(_WORK(unit), _SHIP, _RING))
         except BaseException as e:
             _fit_to_travel(e)
             answer = ("error", (e, "".join(traceback.format_exception(type(e), e, e.__traceback__))))
@@ -229,6 +234,7 @@ class _Worker:
 
     def __init__(self, process, conn):
         self.process, self.conn = process, conn
+        self.arena: str | None = None  # the path of its arena of results (it says when up)
         self.sent: deque[tuple[Future, Any]] = deque()
         self.since = 0.0
         self.pace: float | None = None
@@ -325,8 +331,8 @@ class ProcessExecutor(Executor):
                 if not worker.sent:
                     worker.since = now
                 worker.sent.append((future, unit))
-                try:
-                    worker.conn.send(unit)
+                try:  # with how far its arena has been read: what it may put there again
+                    worker.conn.send((unit, arena.read_of(worker.arena)))
                 except (OSError, ValueError):  # the worker is gone: its pipe's end tells the receiver
                     return
 
@@ -412,6 +418,7 @@ class ProcessExecutor(Executor):
                 kind, value = "error", (e, "")
             if kind == "up":
                 with self.ready:
+                    worker.arena = value
                     self.pool_up = True
                     self._send()
                     self.ready.notify_all()  # the start thread ends
