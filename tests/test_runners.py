@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -453,6 +454,21 @@ def test_a_worker_without_room_for_an_arena_ships_each_result_in_a_file(tmp_path
     monkeypatch.undo()
     assert type(handover.ship(result, prefix, ring)).__name__ == "_Shipment", "no arena again: a file"
     handover.remove_all(prefix)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_arena_takes_a_quarter_of_the_room_free_and_none_where_that_is_too_small(tmp_path, monkeypatch):
+    result = {"ids": np.arange(100_000)}  # 800 kB: an arena of 8 MiB where there is room
+    for free, size in ((64 << 20, 8 << 20), (20 << 20, 5 << 20), (4 << 20, -1)):
+        room = SimpleNamespace(f_bavail=free, f_frsize=1)
+        monkeypatch.setattr(os, "statvfs", lambda folder, room=room: room)
+        prefix = handover.prefix(str(tmp_path))
+        ring = arena.Arena(prefix + "arena-1")
+        shipped = handover.ship(result, prefix, ring)
+        assert ring.size == size, free
+        assert type(shipped).__name__ == ("_InArena" if size > 0 else "_Shipment")
+        assert np.array_equal(pickle.loads(pickle.dumps(shipped))["ids"], result["ids"])
+        handover.remove_all(prefix)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -10,9 +10,12 @@ result, and tells the worker how far it has read with the next unit it sends tha
 pipe orders the two: the worker never overwrites what the owner has not copied yet, on any
 processor). A result that does not fit in the room left goes through a file of its own, as before.
 
-The owner maps a worker's arena when its first result from there arrives, and removes the file
-at once (both keep their mappings); a file left by a worker killed before that goes with its
-pool's files (``handover.remove_all``).
+An arena is 8 times the worker's first large result, 8 MiB to 128 MiB, and at most a quarter of
+the room free in ``/dev/shm`` when it is made (each worker's takes a quarter of what the ones
+before left); where that is under two such results (a container's 64 MiB ``/dev/shm`` shared by
+many workers), the worker uses files, as before. The owner maps a worker's arena when its first
+result from there arrives, and removes the file at once (both keep their mappings); a file left by
+a worker killed before that goes with its pool's files (``handover.remove_all``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 ALIGN = 64  # each result and array starts on a cache line
 SMALLEST, LARGEST = 8 << 20, 128 << 20  # bytes of an arena
 RESULTS = 8  # an arena holds this many results the size of the first one (units in flight and queued)
+SHARE = 4  # an arena takes at most this part of the room free in /dev/shm: the other workers', and files
 
 
 class Arena:
@@ -60,8 +64,11 @@ class Arena:
         return start, self.written
 
     def _make(self, first: int) -> None:
-        size = min(LARGEST, max(SMALLEST, RESULTS * first))
+        size = min(LARGEST, max(SMALLEST, RESULTS * first), _free(os.path.dirname(self.path)) // SHARE)
         size -= size % mmap.PAGESIZE
+        if size < 2 * first:  # a small /dev/shm (a container's 64 MiB): left to the files, as before
+            self.size = -1
+            return
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         except OSError:
@@ -77,6 +84,15 @@ class Arena:
                 os.unlink(self.path)
         finally:
             os.close(fd)
+
+
+def _free(folder: str) -> int:
+    """Bytes free in ``folder``'s file system (0 where it cannot tell)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
 
 
 def _write(ring: memoryview, at: int, data: memoryview) -> None:
