@@ -144,6 +144,6 @@ def _attach(path: str) -> memoryview:
 
 def forget(prefix: str) -> None:
     """In the owner: unmap the arenas of a pool (paths under ``prefix``) once its workers ended."""
-    for path in [p for p in _MAPPED if p.startswith(prefix)]:
-        del _MAPPED[path]
+    for path in [p for p in list(_MAPPED) if p.startswith(prefix)]:  # a copy: another thread may add one
+        _MAPPED.pop(path, None)  # the pool's shutdown and the exit hook may both be here at once
         _READ.pop(path, None)
