@@ -51,12 +51,12 @@ class Arena:
         once they are read), or None where they do not fit in the room left."""
         if self.size == 0:
             self._make(need)
-        if self.size <= 0 or need > self.size:
+        if self.size <= 0:
             return None
         start = self.written % self.size
         gap = self.size - start if start + need > self.size else 0  # to the ring's end: skipped
         if self.written + gap + need - self.read > self.size:
-            return None  # the owner has not read that far yet
+            return None  # the owner has not read that far yet (or larger than the ring)
         start = 0 if gap else start
         for v, (at, _) in zip(views, places, strict=True):
             _write(self.ring, start + at, v)
@@ -116,11 +116,16 @@ def take(path: str, start: int, size: int, read: int) -> memoryview:
     ring = _MAPPED.get(path)
     if ring is None:
         ring = _MAPPED[path] = _attach(path)
-    data = np.empty(size + ALIGN, np.uint8)
-    out = memoryview(data[-data.ctypes.data % ALIGN :][:size])
+    out = aligned(size)
     out[:] = ring[start : start + size]
     _READ[path] = max(_READ.get(path, 0), read)
     return out
+
+
+def aligned(size: int) -> memoryview:
+    """``size`` bytes of fresh memory of this process, starting on a cache line."""
+    data = np.empty(size + ALIGN, np.uint8)
+    return memoryview(data[-data.ctypes.data % ALIGN :][:size])
 
 
 def read_of(path: str | None) -> int:

@@ -33,13 +33,10 @@ import pickle
 import time
 import uuid
 
-import numpy as np
-
 from zephon.runners import arena
 
 SHM = "/dev/shm"
 SHIP_BYTES = 64 << 10  # below this the pipe is as quick
-_ALIGN = 64  # each array starts on a cache line, as a fresh allocation would
 _PREFIXES: set[str] = set()  # of this process's pools, not yet cleaned up
 ORPHAN_AGE = 600.0  # seconds: a file of a gone owner this old is never going to be read
 
@@ -71,7 +68,7 @@ def ship(result, prefix: str | None, ring: arena.Arena | None = None):
     places, end = [], 0
     for v in views:
         places.append((end, v.nbytes))
-        end += -(-v.nbytes // _ALIGN) * _ALIGN
+        end += -(-v.nbytes // arena.ALIGN) * arena.ALIGN  # each array on a cache line, as when fresh
     if ring is not None:
         put = ring.put(views, places, end)
         if put is not None:
@@ -108,8 +105,7 @@ class _Shipment:
 
 def receive(path: str, payload: bytes, places: list[tuple[int, int]], size: int):
     """The result a worker shipped: its arrays read from ``path`` (then removed)."""
-    data = np.empty(size + _ALIGN, np.uint8)
-    view = memoryview(data[-data.ctypes.data % _ALIGN :][:size])
+    view = arena.aligned(size)
     with open(path, "rb", buffering=0) as f:
         os.unlink(path)
         done = 0
