@@ -18,10 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.functions import SlowToStart, ThreadCounts, counting_to, sleeping_for, sleeping_then_waiting
 
-from zephon.lanes import ReadAhead
+from zephon import Dataset, Pipeline
+from zephon.lanes import ChunkStreams, ReadAhead, window_needed
 from zephon.runners import arena, get_runner, handover
+from zephon.runners.priority import UrgentQueue
 from zephon.runners.process import ProcessExecutor
 from zephon.runners.thread import ThreadExecutor
+from zephon.testing import take
 
 
 def test_read_ahead_goes_as_deep_as_the_results_held_fit_the_budget():
@@ -97,6 +100,72 @@ def test_a_unit_waited_for_runs_before_everything_queued(hurried):
         queued.remove(hurried)
         queued.insert(0, hurried)
     assert ran == ["first", *queued]
+
+
+def test_a_chunk_read_ahead_is_asked_for_the_window_the_pace_says():
+    def rows_in(window):  # windows of 8, 16, 32, then 64 rows
+        return min(64, 8 << window)
+
+    assert window_needed(3, -0.5, 0.1, rows_in) == 3  # the chunk the window stands in: now
+    assert window_needed(0, 2.0, None, rows_in) == 0  # no pace yet: as if now
+    # a chunk every 20 rows: 20, 40 and 60 rows from window 1's start (window 1 holds 16 rows,
+    # window 2 the next 32)
+    assert [window_needed(1, a, 0.05, rows_in) for a in (1, 2, 3)] == [2, 2, 3]
+    assert window_needed(1, 0.5, 0.05, rows_in) == 1  # half a chunk to go: 10 rows, in window 1
+    assert window_needed(4, 40, 1 / 64, rows_in) == 4 + 40  # a chunk a window of 64 rows
+    assert window_needed(4, 100, 1 / 64, rows_in) == 4 + 64  # far ahead: capped
+    assert window_needed(5, 3, 30 / 64, rows_in) == 5  # 30 chunks a window: three more in this one
+
+
+def test_a_queued_unit_runs_in_the_order_of_its_last_priority():
+    queue = UrgentQueue()
+    futures = {u: queue.put(u, (k, 0)) for k, u in enumerate("abcd")}
+    queue.reorder(futures["a"], (9, 0))
+    queue.reorder(futures["d"], (0, 0))
+    queue.hurry(futures["c"])
+    queue.reorder(futures["c"], (9, 9))  # hurried: stays at the front
+    with queue.ready:
+        order = [queue.pop()[0] for _ in range(4)]
+    assert order == ["c", "d", "b", "a"] and queue.pop() is None
+
+
+def test_each_lane_s_next_chunks_go_before_any_lane_reads_further_ahead(corpus, gpt2, monkeypatch):
+    """A lane's read-ahead is asked for with the window it is needed in, at the pace the lanes go
+    through the dataset's chunks, so the lanes' chunks for the consumer's next windows come before
+    those read ahead for later ones (the runners work on the lowest (window, lane) first)."""
+    asked, before_pace, at_fetch, fetched = {}, {}, {}, {}
+    needed_in, fetch = ChunkStreams._needed_in, ChunkStreams.fetch
+
+    def record_need(streams, dataset, j):
+        asked[streams.lane, j] = needed_in(streams, dataset, j)
+        if not streams.pace.rows:  # no window made yet
+            before_pace[streams.lane, j] = asked[streams.lane, j]
+        return asked[streams.lane, j]
+
+    def record_fetch(streams, dataset, k, skip=0):
+        if (streams.lane, k) not in fetched:
+            fetched[streams.lane, k], at_fetch[streams.lane, k] = streams.window, asked.get((streams.lane, k))
+        return fetch(streams, dataset, k, skip)
+
+    monkeypatch.setattr(ChunkStreams, "_needed_in", record_need)
+    monkeypatch.setattr(ChunkStreams, "fetch", record_fetch)
+    pipeline = (
+        Pipeline(Dataset.from_path("synthetic", corpus, exhausted="repeat"))
+        .options(num_lanes=8, chunk_bytes=512, runner="thread")
+        .tokenize(gpt2, parallelism=1)
+        .pack_flat(max_length=64)
+        .shuffle(buffer_size=64, seed=5)  # windows of 2, 4, ... 64 rows
+        .batch(microbatch_size=2)
+    )
+    take(pipeline, 300)
+    pipeline.close()
+    # before any window is made: each lane's first chunks, lane by lane, nearest first
+    assert {(lane, j) for lane in range(8) for j in range(3)} <= set(before_pace)
+    assert all(p == (0, lane, j) for (lane, j), p in before_pace.items())
+    later = {key: (at_fetch[key][0], window) for key, window in fetched.items() if key[1] >= 8}
+    assert len(later) > 50
+    off = {key: pair for key, pair in later.items() if abs(pair[0] - pair[1]) > 1}
+    assert not off, f"(lane, chunk): (window asked for, window read in): {off}"
 
 
 @pytest.mark.slow  # waits on timeouts or servers by design: seconds

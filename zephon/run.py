@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from zephon.batch import Batch
 from zephon.digests import ChunkDigests
 from zephon.fingerprint import check_restore
-from zephon.lanes import ChunkStreams, Made, ReadAhead, lane_batches
+from zephon.lanes import ChunkStreams, Made, Pace, ReadAhead, lane_batches
 from zephon.runners import LaneDriver, get_runner
 from zephon.runners.reaper import close_when_dropped
 from zephon.spec import RunSpec
@@ -162,10 +162,12 @@ class _Delivery:
             ahead = ReadAhead.none()
         self.states = states
         self.closed = False
-        makers = {}
+        makers, pace = {}, Pace(len(self.names))  # one pace for the run's lanes: they mix alike
         for lane in states:
             start = dataclasses.replace(states[lane])
-            streams = ChunkStreams(plan, lane, self.executor, ahead, opts.worker_timeout, digests)
+            streams = ChunkStreams(
+                plan, lane, self.executor, ahead, opts.worker_timeout, digests, lane_ops.rows_in, pace
+            )
             streams.requests = requests  # one count per run, whichever lane read
             if self.runner.background:  # every lane's first chunks go to the workers at once
                 streams.prime(start)

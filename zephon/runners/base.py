@@ -19,6 +19,9 @@ class Executor(ABC):
     def hurry(self, future: Future) -> None:  # noqa: B027 - no queue by default
         """``future`` is waited for now: run it before anything queued, where it still waits."""
 
+    def reorder(self, future: Future, priority: tuple) -> None:  # noqa: B027 - no queue by default
+        """``future``, still queued, now has ``priority`` (not once hurried)."""
+
     def stuck(self, timeout: float) -> Any | None:
         """A unit the workers have held for more than ``timeout`` seconds (the longest held), or
         None: the watchdog of stuck workers asks. Nothing is held where work runs at once."""

@@ -1,9 +1,11 @@
 """Most urgent work first: a queue of units ordered by ``priority``, and the executors around it.
 
 Units wait in a heap ordered by ``priority`` (then submission order). A lane's chunks are
-submitted with the window they are needed for, so the consumer's next batches are made first:
-the first batch of a run waits for one lane's window, not for every lane's. A unit that is
-waited for while it still queues (read ahead for later, needed now) moves to the front.
+submitted with the window they are likely needed in (``zephon.lanes.ChunkStreams``), so the
+consumer's next batches are made first: the first batch of a run waits for one lane's window, not
+for every lane's. A queued unit may be given another priority (``reorder``: the lanes' pace, once
+known, says which window a chunk read ahead is for), and a unit that is waited for while it still
+queues (read ahead for later, needed now) moves to the front.
 
 Two ways to drain it: worker threads that take the most urgent unit themselves
 (:class:`WorkerThreads`, the thread runner: one hand-over per unit, from the lane to a worker),
@@ -35,7 +37,7 @@ class UrgentQueue:
     its takers wait on besides: room in a pool)."""
 
     def __init__(self):
-        self.heap: list = []  # [priority, order, unit, future]; unit None: moved to the front
+        self.heap: list = []  # [priority, order, unit, future]; unit None: moved
         self.entries: dict[Future, list] = {}  # the queued units' heap entries
         self.order = itertools.count()
         self.closed = False
@@ -54,11 +56,15 @@ class UrgentQueue:
         return future
 
     def hurry(self, future: Future) -> None:
+        self.reorder(future, _NOW)
+
+    def reorder(self, future: Future, priority: tuple) -> None:
+        """A queued unit's new priority (a hurried one stays at the front)."""
         with self.ready:
             entry = self.entries.get(future)
-            if entry is None or entry[0] == _NOW:
-                return  # taken already, done, or hurried
-            moved = [_NOW, next(self.order), entry[2], future]
+            if entry is None or entry[0] == _NOW or entry[0] == priority:
+                return  # taken already, done, hurried, or no change
+            moved = [priority, next(self.order), entry[2], future]
             entry[2] = None  # the old entry stays in the heap, empty, until it comes up
             heapq.heappush(self.heap, moved)
             self.entries[future] = moved
@@ -83,7 +89,7 @@ class UrgentQueue:
         while self.heap:
             _, _, unit, future = heapq.heappop(self.heap)
             if unit is None:
-                continue  # moved to the front earlier
+                continue  # moved earlier
             del self.entries[future]
             if future.set_running_or_notify_cancel():
                 return unit, future
@@ -122,6 +128,9 @@ class WorkerThreads(Executor):
 
     def hurry(self, future: Future) -> None:
         self.queue.hurry(future)
+
+    def reorder(self, future: Future, priority: tuple) -> None:
+        self.queue.reorder(future, priority)
 
     def _serve(self, k: int) -> None:
         while (taken := self.queue.take()) is not None:

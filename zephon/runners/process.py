@@ -312,6 +312,9 @@ class ProcessExecutor(Executor):
     def hurry(self, future: Future) -> None:
         self.queue.hurry(future)
 
+    def reorder(self, future: Future, priority: tuple) -> None:
+        self.queue.reorder(future, priority)
+
     def _open(self) -> bool:
         """Whether the workers take units: one is up, or they are late (then the watchdog says so)."""
         return self.pool_up or time.monotonic() - self.created > self.timeout
