@@ -137,6 +137,7 @@ def measure(spec: dict) -> dict:
         "padding": 1 - labels / positions if positions else None,
         "empty_rows": empty,
         "peak_rss": rss.peak,
+        "peak_pss": rss.peak_pss or None,
     }
     if consumer_seconds:
         loop = time.perf_counter() - loop_start
@@ -281,10 +282,9 @@ def _write(runs, stalls, extras, limit, args) -> None:
             continue
         stall = _median_of(stalls.get(system))
         first, rss, padding = (median(system, k) for k in ("first_batch_s", "peak_rss", "padding"))
-        after = median(system, "after_first")
-        rows.append(
-            (system, rate, first, stall.get("stall_share"), stall.get("longest_wait"), rss, padding, after)
-        )
+        after, pss = median(system, "after_first"), median(system, "peak_pss")
+        stalled = stall.get("stall_share"), stall.get("longest_wait")
+        rows.append((system, rate, first, *stalled, rss, padding, after, pss))
 
     def version(package: str) -> str:  # a peer left out with --only need not be installed
         try:
@@ -321,7 +321,9 @@ def _write(runs, stalls, extras, limit, args) -> None:
         ),
         "Packed tokens/s counts from building the loader (its start-up, imports included, from "
         'bytecode compiled as at install) to the last token; "after the first batch" leaves the '
-        "start-up out.",
+        "start-up out. Peak RSS: the sum of the resident sets of the loader's processes (a page "
+        "they share counts in each); in brackets, where measured, the sum of their proportional "
+        "sets (PSS: a page shared by n processes counts 1/n in each), the memory they take together.",
         f"Stall: a loop that trains each batch at a quarter of the HF tokenizer's rate "
         f"({0.25 * limit / 1e6:.2f}M tokens/s), {args.stall_tokens:,} tokens; medians of "
         f"{args.stall_reps} runs (`--stall-reps`), interleaved.",
@@ -330,11 +332,12 @@ def _write(runs, stalls, extras, limit, args) -> None:
         "| longest wait | peak RSS | padding |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for system, rate, first, stall, wait, rss, padding, after in rows:
+    for system, rate, first, stall, wait, rss, padding, after, pss in rows:
         cells = [
             f"{rate / 1e6:.2f}M", f"{rate / limit:.2f}x", _fmt(first, "{:.2f} s"),
             _fmt(after and after / 1e6, "{:.2f}M") + _fmt(after and after / limit, " ({:.2f}x)"),
-            _fmt(stall, "{:.1%}"), _fmt(wait, "{:.2f} s"), _fmt(rss and rss / 2**30, "{:.2f} GiB"),
+            _fmt(stall, "{:.1%}"), _fmt(wait, "{:.2f} s"),
+            _fmt(rss and rss / 2**30, "{:.2f} GiB") + (f" ({pss / 2**30:.2f})" if pss else ""),
             _fmt(padding, "{:.2%}"),
         ]  # fmt: skip
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
