@@ -120,7 +120,7 @@ class PeakRSS:
         # sample, so that the sampler itself takes little of the CPU (and of the GIL) it measures.
         import psutil
 
-        tree, listed, proportional = [self.process], 0.0, 0.0
+        tree, listed, pss_read = [self.process], 0.0, 0.0
         while not self.stop.is_set():
             if time.monotonic() - listed > self.relist:
                 with contextlib.suppress(psutil.Error):
@@ -130,8 +130,8 @@ class PeakRSS:
                 with contextlib.suppress(psutil.Error):  # a child that just ended
                     total += p.memory_info().rss
             self.peak = max(self.peak, total)
-            if time.monotonic() - proportional >= self.pss_every:
-                proportional, total = time.monotonic(), 0
+            if time.monotonic() - pss_read >= self.pss_every:
+                pss_read, total = time.monotonic(), 0
                 for p in tree:
                     with contextlib.suppress(psutil.Error, AttributeError):  # no pss: not Linux
                         total += p.memory_full_info().pss

@@ -240,15 +240,14 @@ class ChunkStreams:
 
     def __init__(
         self, plan: LanePlan, lane: int, executor: Executor, ahead: ReadAhead, timeout: float | None = None,
-        digests: ChunkDigests | None = None, rows_in: Callable[[int], int] = lambda window: 1,
-        pace: Pace | None = None,
+        digests: ChunkDigests | None = None, *, rows_in: Callable[[int], int], pace: Pace,
     ):  # fmt: skip
         self.plan, self.lane, self.executor, self.ahead = plan, lane, executor, ahead
         self.timeout = timeout  # seconds a chunk may take on the workers before it is reported
         self.window = 0  # the window being filled: chunks needed for it go first
         self.rows_in = rows_in  # the rows of a window (LaneOps.rows_in)
-        self.pace = pace or Pace(len(plan.tables))
-        self.pace.streams.append(self)
+        self.pace = pace  # the run's, shared by its lanes
+        pace.streams.append(self)
         # per dataset: where the current window starts, in chunks (the part of one read, a fraction)
         self.at = [0.0] * len(plan.tables)
         self.queues: list[deque[tuple[int, Future]]] = [deque() for _ in plan.tables]

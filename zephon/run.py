@@ -166,7 +166,14 @@ class _Delivery:
         for lane in states:
             start = dataclasses.replace(states[lane])
             streams = ChunkStreams(
-                plan, lane, self.executor, ahead, opts.worker_timeout, digests, lane_ops.rows_in, pace
+                plan,
+                lane,
+                self.executor,
+                ahead,
+                opts.worker_timeout,
+                digests,
+                rows_in=lane_ops.rows_in,
+                pace=pace,
             )
             streams.requests = requests  # one count per run, whichever lane read
             if self.runner.background:  # every lane's first chunks go to the workers at once
