@@ -430,8 +430,34 @@ def test_a_thread_worker_stuck_at_exit_holds_the_exit_for_the_bound_only_and_is_
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert time.monotonic() - begun < 60, "the exit waited for the stuck unit"
-    said = "at exit, 1 unit(s) still at work on thread workers after 5 s (the first: 'the stuck unit')"
+    said = "at exit, 1 unit(s) still at work in this process after 5 s (the first: 'the stuck unit')"
     assert said in out.stderr
+
+
+def test_a_process_leaving_while_its_start_thread_encodes_waits_for_the_unit_and_exits(tmp_path, gpt2):
+    # Until a worker process is up, units run on a thread of the rank process: the interpreter's
+    # exit used to stop it inside the tokenizer's native code, and the process aborted ("FATAL:
+    # exception not rethrown", exit code -6; 2 of 8 runs of the first batch, then close and exit,
+    # with two process workers)
+    script = tmp_path / "leave.py"
+    started, tokenizer_json = tmp_path / "started", os.path.join(gpt2, "tokenizer.json")
+    script.write_text(
+        "import os, sys, time\n"
+        f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+        "from support.functions import Encoding\n"
+        "from zephon.runners.process import ProcessExecutor\n"
+        "if __name__ == '__main__':\n"
+        f"    executor = ProcessExecutor(Encoding({tokenizer_json!r}), 1, timeout=600.0)\n"
+        f"    future = executor.submit((1.5, {str(started)!r}))\n"
+        f"    while not os.path.exists({str(started)!r}):\n"
+        "        time.sleep(0.01)\n"
+        "    print('here' if executor.here is not None else 'at a worker', flush=True)\n"
+    )
+    for _ in range(2):
+        started.unlink(missing_ok=True)
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+        assert out.stdout == "here\n", "the unit ran on the start thread"
+        assert out.returncode == 0 and "FATAL" not in out.stderr, (out.returncode, out.stderr[-2000:])
 
 
 def test_large_results_come_back_through_shared_memory_and_leave_nothing_there(tmp_path):

@@ -91,6 +91,28 @@ def sleeping_then_waiting(unit: tuple[float, str | None]) -> float:
     return seconds
 
 
+class Encoding:
+    """A unit: ``(seconds, started)``: encodes text with fastokens (native code that lets go of
+    the GIL, a few milliseconds a call) for ``seconds``, having first created the file
+    ``started``."""
+
+    def __init__(self, tokenizer_json: str):
+        self.tokenizer_json = tokenizer_json
+
+    def __call__(self, unit: tuple[float, str]) -> int:
+        import fastokens
+
+        seconds, started = unit
+        tokenizer = fastokens.Tokenizer.from_file(self.tokenizer_json)
+        text = "In the beginning God created the heaven and the earth. " * 4000
+        open(started, "w").close()
+        deadline, calls = time.monotonic() + seconds, 0
+        while time.monotonic() < deadline:
+            tokenizer.encode_batch_flat([text] * 4)
+            calls += 1
+        return calls
+
+
 def counting_to(n: int):
     """Work for a process pool: the numbers 0 to n - 1 as an int64 array (n = 100,000: 800 KB)."""
     import numpy as np

@@ -119,7 +119,7 @@ class WorkerThreads(Executor):
             threading.Thread(target=self._serve, args=(k,), name=f"{name}-{k}", daemon=True)
             for k in range(max(1, parallelism))
         ]
-        _LIVE.add(self)
+        end_at_exit(self)
         for thread in self.threads:
             thread.start()
 
@@ -145,18 +145,31 @@ class WorkerThreads(Executor):
     def stuck(self, timeout: float) -> Any | None:
         return held_longest(list(self.since.values()), timeout)
 
+    def at_work(self) -> list[Any]:
+        """The units its threads are running now."""
+        return [unit for _, unit in list(self.since.values())]
+
     def shutdown(self) -> None:
         """Queued units are cancelled; a unit at work finishes, then its worker ends. Never waits."""
         self.queue.close()
 
 
-# The worker threads are daemons, so that a process whose runs were never closed still exits;
-# before the interpreter goes on to end, the queues are closed and the workers joined (each
-# ends its unit at work: stopping one inside a tokenizer's native code can abort the process).
-_LIVE: weakref.WeakSet[WorkerThreads] = weakref.WeakSet()
+# Threads that run units in this process are daemons, so that a process whose runs were never
+# closed still exits; before the interpreter goes on to end, their executors are shut down and
+# the threads joined (each ends its unit at work: the interpreter stops a daemon thread where it
+# next takes the GIL, and stopping one inside a tokenizer's native code aborts the process,
+# "FATAL: exception not rethrown", exit code -6).
+_LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
 AT_EXIT = 5.0  # seconds the interpreter's exit waits, in all, for the units at work to end
+
+
+def end_at_exit(executor: Any) -> None:
+    """At the interpreter's exit, ``executor`` is shut down (``shutdown()``, which never waits)
+    and its ``threads`` are joined, up to ``AT_EXIT`` seconds for all executors together; units
+    still at work then (``at_work()``) are named in the log."""
+    _LIVE.add(executor)
 
 
 def _close_all() -> None:
@@ -167,10 +180,10 @@ def _close_all() -> None:
     for executor in executors:
         for thread in executor.threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
-    left = [unit for executor in executors for _, unit in list(executor.since.values())]
+    left = [unit for executor in executors for unit in executor.at_work()]
     if left:  # daemons: the interpreter ends them where they are
         log.warning(
-            "zephon: at exit, %d unit(s) still at work on thread workers after %g s (the first: %r)",
+            "zephon: at exit, %d unit(s) still at work in this process after %g s (the first: %r)",
             len(left), AT_EXIT, left[0],
         )  # fmt: skip
 

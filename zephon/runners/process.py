@@ -38,7 +38,7 @@ from typing import Any
 from zephon.runners import arena, handover
 from zephon.runners.base import Executor, InlineExecutor, Runner, held_longest, run_into
 from zephon.runners.mainguard import check_main_is_guarded
-from zephon.runners.priority import UrgentQueue
+from zephon.runners.priority import UrgentQueue, end_at_exit
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,11 @@ class ProcessExecutor(Executor):
         self.wake_write.setblocking(False)
         self.receiver = threading.Thread(target=self._receive, name="zephon-results", daemon=True)
         self.receiver.start()
-        threading.Thread(target=self._start_here, name="zephon-work-start", daemon=True).start()
+        # the start thread runs units here (a tokenizer's native code): joined at exit, as thread
+        # workers are (zephon.runners.priority.end_at_exit)
+        self.threads = [threading.Thread(target=self._start_here, name="zephon-work-start", daemon=True)]
+        end_at_exit(self)
+        self.threads[0].start()
 
     # -- submitting ---------------------------------------------------------------------------
 
@@ -511,6 +515,11 @@ class ProcessExecutor(Executor):
             held = [(w.since, w.sent[0][1]) for w in self.workers if w.sent]
         here = self.here  # read once: the start thread may end its unit meanwhile
         return held_longest(held if here is None else [*held, here], timeout)
+
+    def at_work(self) -> list[Any]:
+        """The unit the start thread is running in this process, if any."""
+        here = self.here
+        return [] if here is None else [here[1]]
 
     def shutdown(self) -> None:
         """Queued units are cancelled; the units at the workers come back, then the workers end
