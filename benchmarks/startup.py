@@ -1,0 +1,159 @@
+#!/usr/bin/env python
+"""Start-up: what the first batch waits for, part by part, and the first batch in a training job.
+
+The throughput benchmark times its first batch from building the loader, in a fresh process:
+``import zephon`` included, and the tokenizer's loading. This measures the parts of that time
+alone, each in a fresh process, interleaved ``--reps`` times (medians):
+
+- ``import zephon``;
+- loading GPT-2's ``tokenizer.json`` with Hugging Face ``tokenizers`` (``Tokenizer.from_str``,
+  the reference, which encodes a run's first chunks) and with ``fastokens``
+  (``Tokenizer.from_json_str``, wall and CPU), each with its library imported first;
+- the first batch of the throughput benchmark's recipe (inline runner, default backend), built
+  and iterated at once, as the throughput benchmark times it;
+- the same recipe built, then iterated ``--pause`` seconds later, as TorchTitan does: its trainer
+  builds the data loader before the model, and iterates it once the model is built, compiled and
+  its checkpoint loaded; the time from ``iter`` to the first batch, with the inline runner and
+  with two process workers.
+
+The first of these two cannot go below ``import zephon`` plus the reference's load plus its
+encoding of the first window's chunks: the fast backend takes longer to load than all three.
+
+    python benchmarks/startup.py [--reps 7] [--pause 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # benchmarks.common and benchmarks.peers, from a source checkout
+
+from benchmarks.common import MIXTURE, compile_project, write_result  # noqa: E402
+
+PARTS = {
+    "import zephon": "import",
+    "tokenizers load (Tokenizer.from_str)": "hf",
+    "fastokens load (Tokenizer.from_json_str)": "fast",
+    "first batch, built and iterated at once (inline)": "at_once",
+    "first batch, iterated after the pause (inline)": "paused inline",
+    "first batch, iterated after the pause (2 process workers)": "paused process",
+}
+
+
+def one(part: str, setup: dict, pause: float) -> dict:
+    """One measurement, in this (fresh) process: seconds, and CPU seconds where it says."""
+    if part == "import":
+        start = time.perf_counter()
+        import zephon  # noqa: F401
+
+        return {"s": time.perf_counter() - start}
+    tokenizer_json = os.path.join(setup["tokenizer"], "tokenizer.json")
+    if part in ("hf", "fast"):
+        with open(tokenizer_json) as f:
+            raw = f.read()
+        if part == "hf":
+            from tokenizers import Tokenizer
+
+            load = Tokenizer.from_str
+        else:
+            from fastokens import Tokenizer
+
+            load = Tokenizer.from_json_str
+        start, cpu = time.perf_counter(), time.process_time()
+        load(raw)
+        return {"s": time.perf_counter() - start, "cpu": time.process_time() - cpu}
+    from benchmarks.peers import zephon_self
+    from benchmarks.peers.common import Setup
+
+    method = "process" if part.endswith("process") else "inline"
+    config = Setup(**setup, method=method, workers=2 if method == "process" else 1)
+    start = time.perf_counter()
+    pipeline = zephon_self.pipeline(config)  # imports zephon, loads the tokenizer
+    built = time.perf_counter() - start
+    if part != "at_once":
+        time.sleep(pause)  # the model's build, compile and checkpoint load
+        start = time.perf_counter()
+    next(iter(pipeline))
+    first = time.perf_counter() - start
+    pipeline.close()
+    return {"s": first, "built": built}
+
+
+def run_one(part: str, setup: dict, pause: float) -> dict:
+    spec = json.dumps({"part": part, "setup": setup, "pause": pause})
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", spec]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode or not lines:
+        raise RuntimeError(f"{part}: failed ({out.returncode})\n{(out.stdout + out.stderr)[-1500:]}")
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--pause", type=float, default=2.0, help="seconds between building and iterating")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        spec = json.loads(args.one)
+        print(json.dumps(one(spec["part"], spec["setup"], spec["pause"])), flush=True)
+        return
+    compile_project()
+    from zephon.testing import gpt2_tokenizer_dir
+    from zephon.testing.data import real_text_corpora
+
+    runs: dict[str, list[dict]] = {label: [] for label in PARTS}
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {name: path for name, (path, _) in real_text_corpora(tmp).items()}
+        tokenizer = gpt2_tokenizer_dir(os.path.join(tmp, "gpt2"))
+        setup = {"files": files, "weights": MIXTURE, "tokenizer": tokenizer}
+        for rep in range(args.reps):
+            for label, part in PARTS.items():
+                runs[label].append(run_one(part, setup, args.pause))
+                print(f"rep {rep + 1}/{args.reps}: {label}: {runs[label][-1]}", flush=True)
+    _write(runs, args)
+
+
+def _write(runs: dict[str, list[dict]], args) -> None:
+    def median(label: str, key: str) -> float | None:
+        values = [r[key] for r in runs[label] if key in r]
+        return statistics.median(values) if values else None
+
+    lines = [
+        "# Start-up: the parts of the time to the first batch",
+        "",
+        f"`python benchmarks/startup.py --reps {args.reps} --pause {args.pause:g}` on {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}. Each figure in a fresh process, "
+        f"interleaved, medians of {args.reps}, from bytecode compiled as at install. The recipe is the "
+        "throughput benchmark's (three real-text datasets, GPT-2 BPE, default backend, 8 lanes, "
+        "shuffle 256, rows of 2049, microbatch 8).",
+        "",
+        "| part | seconds | CPU seconds | built in (s) |",
+        "|---|---:|---:|---:|",
+    ]
+    for label in PARTS:
+        cells = [median(label, key) for key in ("s", "cpu", "built")]
+        lines.append(f"| {label} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
+    floor = median("import zephon", "s") + median("tokenizers load (Tokenizer.from_str)", "s")
+    lines += [
+        "",
+        f"`import zephon` and the reference's load alone: {floor:.3f} s, before any encoding. The "
+        "fast backend's load is longer than the whole first batch, so the first batch of a loader "
+        "built and iterated at once is the reference's; in a training job the loader is built "
+        f"before the model, and its first batch comes {args.pause:g} s or more after its build.",
+    ]
+    write_result("startup.md", lines)
+
+
+if __name__ == "__main__":
+    main()
