@@ -166,16 +166,17 @@ AT_EXIT = 5.0  # seconds the interpreter's exit waits, in all, for the units at 
 
 
 def end_at_exit(executor: Any) -> None:
-    """At the interpreter's exit, ``executor`` is shut down (``shutdown()``, which never waits)
-    and its ``threads`` are joined, up to ``AT_EXIT`` seconds for all executors together; units
-    still at work then (``at_work()``) are named in the log."""
+    """At the interpreter's exit, the ``queue`` (an ``UrgentQueue``) of ``executor`` is closed,
+    so that its ``threads`` take no more units, and they are joined, up to ``AT_EXIT`` seconds for
+    all executors together; units still at work then (``at_work()``) are named in the log. Only
+    the queue: a process pool's own shutdown may wait for its receiver (after a worker died)."""
     _LIVE.add(executor)
 
 
 def _close_all() -> None:
     executors = list(_LIVE)
     for executor in executors:
-        executor.shutdown()
+        executor.queue.close()
     deadline = time.monotonic() + AT_EXIT
     for executor in executors:
         for thread in executor.threads:
