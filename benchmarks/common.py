@@ -1,5 +1,5 @@
 """What the benchmarks share: the text mixture they measure, what one GPU consumes, the sampler of
-a process tree's memory, and where results go.
+a process tree's memory, a measurement in a fresh process, and where results go.
 
 A script puts the repository on ``sys.path`` (it runs from a source checkout) and imports from
 here: ``from benchmarks.common import MIXTURE, write_result``.
@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -71,6 +73,26 @@ def compile_project() -> None:
     import compileall
 
     compileall.compile_dir(os.path.join(ROOT, "zephon"), quiet=1)
+
+
+def in_fresh_process(
+    script: str, args: list[str], label: str, timeout: float, env: dict | None = None
+) -> dict | None:
+    """Runs ``script`` again with ``args`` in a fresh interpreter (from the repository's root) and
+    returns the last JSON object it printed: one measurement, its start-up included. Where it
+    fails or runs past ``timeout`` seconds, says so with the tail of its output, under ``label``,
+    and returns None (the caller decides whether a missing run stops the benchmark)."""
+    command = [sys.executable, os.path.abspath(script), *args]
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        print(f"  {label}: timed out after {timeout:.0f} s", flush=True)
+        return None
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        print(f"  {label}: failed ({done.returncode})\n{(done.stdout + done.stderr)[-2000:]}", flush=True)
+        return None
+    return json.loads(lines[-1])
 
 
 def result_path(name: str) -> str:

@@ -29,7 +29,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +36,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # benchmarks.common and benchmarks.peers, from a source checkout
 
-from benchmarks.common import MIXTURE, compile_project, write_result  # noqa: E402
+from benchmarks.common import MIXTURE, compile_project, in_fresh_process, write_result  # noqa: E402
 
 PARTS = {
     "import zephon": "import",
@@ -90,12 +89,10 @@ def one(part: str, setup: dict, pause: float) -> dict:
 
 def run_one(part: str, setup: dict, pause: float) -> dict:
     spec = json.dumps({"part": part, "setup": setup, "pause": pause})
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", spec]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    if out.returncode or not lines:
-        raise RuntimeError(f"{part}: failed ({out.returncode})\n{(out.stdout + out.stderr)[-1500:]}")
-    return json.loads(lines[-1])
+    result = in_fresh_process(__file__, ["--one", spec], part, timeout=300)
+    if result is None:  # every part is needed for the table
+        raise RuntimeError(f"{part}: no measurement (its output is above)")
+    return result
 
 
 def main() -> None:

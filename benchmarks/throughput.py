@@ -36,7 +36,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +48,7 @@ from benchmarks.common import (  # noqa: E402
     MIXTURE,
     PeakRSS,
     compile_project,
+    in_fresh_process,
     refuse_fewer_than_one_copy,
     result_path,
     write_copies,
@@ -162,18 +162,7 @@ def _state_bytes(peer, module: str, function: str, setup) -> int | None:
 
 
 def run_one(spec: dict, timeout: float) -> dict | None:
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", json.dumps(spec)]
-    try:
-        result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        print(f"  {spec['system']}: timed out after {timeout:.0f}s", flush=True)
-        return None
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    if result.returncode != 0 or not lines:
-        tail = (result.stdout + result.stderr)[-1500:]
-        print(f"  {spec['system']}: failed ({result.returncode})\n{tail}", flush=True)
-        return None
-    return json.loads(lines[-1])
+    return in_fresh_process(__file__, ["--one", json.dumps(spec)], spec["system"], timeout)
 
 
 def main() -> None:

@@ -45,7 +45,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +57,7 @@ from benchmarks.common import (  # noqa: E402
     LLAMA_8B_H100,
     PeakRSS,
     compile_project,
+    in_fresh_process,
     result_path,
     write_json,
     write_result,
@@ -282,14 +282,12 @@ def main() -> None:
     started = time.perf_counter()
     for rep in range(args.reps):
         for i, name in enumerate(names):
-            cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "--tokens", str(args.tokens),
-                   "--data", args.data, "--decoder", args.decoder]  # fmt: skip
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
-            line = [x for x in out.stdout.splitlines() if x.startswith("{")]
-            if out.returncode or not line:
-                print(f"{name}: failed\n{(out.stdout + out.stderr)[-2000:]}", flush=True)
+            argv = ["--one", name, "--tokens", str(args.tokens), "--data", args.data]
+            argv += ["--decoder", args.decoder]
+            result = in_fresh_process(__file__, argv, name, timeout=900, env=env)
+            if result is None:
                 continue
-            results.setdefault(name, []).append(json.loads(line[-1]))
+            results.setdefault(name, []).append(result)
             done = rep * len(names) + i + 1
             rate = (time.perf_counter() - started) / done
             eta = rate * (args.reps * len(names) - done)  # seconds

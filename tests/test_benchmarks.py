@@ -80,3 +80,26 @@ def test_the_mixer_benchmark_refuses_a_run_too_short_for_one_window_and_says_wha
     run = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2, run.stderr[-2000:]
     assert "--tokens 1000000: lane 0 fetched too little" in run.stderr and "give at least" in run.stderr
+
+
+def test_a_measurement_in_a_fresh_process_gives_its_last_json_line_or_none_with_the_reason(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.syspath_prepend(ROOT)
+    from benchmarks.common import in_fresh_process
+
+    script = tmp_path / "measure.py"
+    script.write_text(
+        "import json, sys, time\n"
+        "mode = sys.argv[1]\n"
+        "print('a log line'); print(json.dumps({'first': 1}))\n"
+        "if mode == 'fails': raise SystemExit('the reason it failed')\n"
+        "if mode == 'hangs': time.sleep(60)\n"
+        "print(json.dumps({'tokens_per_s': 5.0, 'mode': mode}))\n"
+    )
+    assert in_fresh_process(str(script), ["ok"], "ok", timeout=60) == {"tokens_per_s": 5.0, "mode": "ok"}
+    assert in_fresh_process(str(script), ["fails"], "the failing one", timeout=60) is None
+    said = capsys.readouterr().out
+    assert "the failing one: failed (1)" in said and "the reason it failed" in said
+    assert in_fresh_process(str(script), ["hangs"], "the slow one", timeout=2) is None
+    assert "the slow one: timed out after 2 s" in capsys.readouterr().out
