@@ -231,6 +231,64 @@ def test_the_fork_server_imports_what_the_work_needs_once_for_every_worker():
         forkserver._forkserver._preload_modules = before
 
 
+# A script that builds rank 0 of 1's pipeline over CORPUS with GPT2 on RUNNER, warms it up, then
+# prints the fork server's pid as warm_up left it (before any iteration) and 12 batches' digests.
+WARM_SCRIPT = """import json, sys
+from multiprocessing import forkserver
+sys.path.insert(0, {tests!r})
+from support.corpora import rank_pipeline
+from zephon.testing import take
+
+if __name__ == "__main__":
+    corpus, gpt2, runner = sys.argv[1:4]
+    pipeline = rank_pipeline(corpus, gpt2, 1, 0, runner=runner)
+    assert pipeline.warm_up() is pipeline
+    server = forkserver._forkserver._forkserver_pid
+    digests = [batch.digest() for batch in take(pipeline, 12)]
+    pipeline.close()
+    print(json.dumps({{"server": server, "digests": digests}}))
+"""
+
+
+@pytest.mark.parametrize("runner", ["process", "thread"])
+def test_warm_up_starts_the_process_runners_fork_server_at_the_build_and_changes_no_batch(
+    runner, corpus, gpt2, make_rank, tmp_path
+):
+    """A trainer builds its loader, then its model, then iterates: warmed up at the build, the
+    fork server loads meanwhile, so the first iteration's workers fork from it at once. In a
+    process of its own: a fork server starts once per process. Other runners start nothing."""
+    import json
+
+    script = tmp_path / "warm.py"
+    script.write_text(WARM_SCRIPT.format(tests=os.path.dirname(__file__)))
+    out = subprocess.run([sys.executable, str(script), corpus, gpt2, runner], capture_output=True, text=True,
+                         timeout=180)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    said = json.loads(out.stdout.strip().splitlines()[-1])
+    if runner == "process":
+        assert isinstance(said["server"], int), "the fork server runs before the first iteration"
+    else:
+        assert said["server"] is None
+    assert said["digests"] == [b.digest() for b in take(make_rank(1, 0, runner="inline"), 12)]
+
+
+def test_warm_up_in_a_script_without_a_main_guard_says_what_to_add_at_that_line(tmp_path, corpus, gpt2):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys\n"
+        "from zephon import Dataset, Pipeline\n"
+        "pipeline = Pipeline(Dataset.from_path('d', sys.argv[1])).options(runner='process')\n"
+        "pipeline.tokenize(sys.argv[2], parallelism=1).pack_flat(64).batch(1).warm_up()\n"
+        "print('warmed')\n"
+    )
+    command = [sys.executable, str(script), corpus, gpt2]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "warmed" not in out.stdout, out.stderr[-3000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ValueError: runner='process': {script}, line 4 starts worker processes"), last
+    assert "multiprocessing" not in out.stderr, out.stderr
+
+
 def test_worker_processes_start_with_the_tokenizer_their_fork_server_loaded(gpt2, tmp_path, monkeypatch):
     """Each worker used to load its own tokenizer (0.4 s of CPU for GPT-2 with its fast backend,
     on the cores the run needs); the fork server loads it once, and the workers forked from it

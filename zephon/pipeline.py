@@ -22,6 +22,7 @@ from zephon.ops import BatchRows, Filter, Images, Map, Operator, PackFlat, Shuff
 from zephon.ops.decoders import DEFAULT as DEFAULT_DECODER
 from zephon.options import Options
 from zephon.run import Run
+from zephon.runners import get_runner
 from zephon.spec import RunSpec, output_of
 from zephon.work import DatasetWorkSource, MixtureWorkSource
 
@@ -191,6 +192,20 @@ class Pipeline:
         if not isinstance(plan, JobPlan):
             raise ValueError(f"with_plan takes a JobPlan (pipeline.plan(), JobPlan.load(path)), got {plan!r}")
         return self._with(_plan=plan)
+
+    def warm_up(self) -> Pipeline:
+        """Start now what this rank's workers start from, where the runner has such a thing, so
+        that the first iteration's workers are up at once: with ``runner="process"``, the fork
+        server, which imports the work's modules and loads its tokenizers meanwhile (1-3 s on a
+        busy machine; a pool started without it runs its units on one thread of this process
+        until then). Call it where the loader is built well before it is iterated (a trainer
+        builds its model and loads its checkpoint in between; zephon's TorchTitan loader does).
+        It changes no data and starts no worker; with the other runners it does nothing. Returns
+        the pipeline."""
+        work, parallelism = self.spec().chunk_work()
+        if parallelism:
+            get_runner(self._options.runner).warm_up(work)
+        return self
 
     # -- running: the pipeline's own run -------------------------------------------------------
 

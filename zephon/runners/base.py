@@ -72,3 +72,7 @@ class Runner(ABC):
     @abstractmethod
     def executor(self, work: Callable[[Any], Any], parallelism: int, timeout: float) -> Executor:
         """``timeout``: the seconds a worker may take (the option ``worker_timeout``)."""
+
+    def warm_up(self, work: Callable[[Any], Any]) -> None:  # noqa: B027 - nothing to start by default
+        """Start now what the workers of ``work`` start from, where they start from something
+        slow to make (``zephon.pipeline.Pipeline.warm_up``); threads start in microseconds."""

@@ -543,3 +543,17 @@ class ProcessRunner(Runner):
 
     def executor(self, work, parallelism: int, timeout: float) -> Executor:
         return InlineExecutor(work) if parallelism == 0 else ProcessExecutor(work, parallelism, timeout)
+
+    def warm_up(self, work) -> None:
+        """The fork server, started now: it imports what ``work`` needs and loads its tokenizers
+        while the caller goes on, and the first pool's workers fork from it at once (started with
+        the pool instead, it is up a second after the pool on 2 busy cores, three with torch to
+        import for image work, and until then one thread of this process runs the units). A
+        server already running is left as it is. A script that would run again in the server
+        (no main guard) is told now, as a pool would tell it."""
+        check_main_is_guarded()
+        context = _context(tuple(getattr(work, "imports", ())), tuple(getattr(work, "tokenizers", ())))
+        if context.get_start_method() == "forkserver":
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()  # (started already where the work has tokenizers)

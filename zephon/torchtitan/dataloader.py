@@ -101,6 +101,9 @@ class ZephonDataLoader(BaseDataLoader):
             self.recipe, dp_rank=dp_rank, dp_world_size=dp_world_size, seq_len=seq_len,
             microbatch_size=local_batch_size,
         )  # fmt: skip
+        # the process runner's fork server loads the tokenizer and imports meanwhile (planning, then
+        # the model's build and the checkpoint's load), so the first steps get every worker
+        pipeline.warm_up()
         path = plan_path(config.plan_folder, pipeline) if config.plan_folder else ""
         with Startup(self.recipe, pipeline, self.per_lane, config.global_batch_size) as self._startup:
             self.pipeline = pipeline.with_plan(shared_plan(pipeline, path))  # one plan per job
