@@ -14,12 +14,14 @@ alone, each in a fresh process, interleaved ``--reps`` times (medians):
 - the same recipe built, then iterated ``--pause`` seconds later, as TorchTitan does: its trainer
   builds the data loader before the model, and iterates it once the model is built, compiled and
   its checkpoint loaded; the time from ``iter`` to the first batch, with the inline runner and
-  with two process workers.
+  with two process workers, these also after ``Pipeline.warm_up()`` at the build (as zephon's
+  TorchTitan loader calls it: the fork server loads meanwhile); and the rate from ``iter`` to the
+  ``--tokens``-th token, what the first steps of training get.
 
 The first of these two cannot go below ``import zephon`` plus the reference's load plus its
 encoding of the first window's chunks: the fast backend takes longer to load than all three.
 
-    python benchmarks/startup.py [--reps 7] [--pause 2]
+    python benchmarks/startup.py [--reps 7] [--pause 2] [--tokens 8000000]
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ PARTS = {
     "first batch, built and iterated at once (inline)": "at_once",
     "first batch, iterated after the pause (inline)": "paused inline",
     "first batch, iterated after the pause (2 process workers)": "paused process",
+    "first batch, iterated after the pause (2 process workers, warmed up)": "paused process warm",
 }
 
 
-def one(part: str, setup: dict, pause: float) -> dict:
+def one(part: str, setup: dict, pause: float, tokens: int) -> dict:
     """One measurement, in this (fresh) process: seconds, and CPU seconds where it says."""
     if part == "import":
         start = time.perf_counter()
@@ -73,22 +76,31 @@ def one(part: str, setup: dict, pause: float) -> dict:
     from benchmarks.peers import zephon_self
     from benchmarks.peers.common import Setup
 
-    method = "process" if part.endswith("process") else "inline"
+    method = "process" if "process" in part else "inline"
     config = Setup(**setup, method=method, workers=2 if method == "process" else 1)
     start = time.perf_counter()
     pipeline = zephon_self.pipeline(config)  # imports zephon, loads the tokenizer
+    if part.endswith("warm"):
+        pipeline.warm_up()
     built = time.perf_counter() - start
-    if part != "at_once":
-        time.sleep(pause)  # the model's build, compile and checkpoint load
-        start = time.perf_counter()
-    next(iter(pipeline))
-    first = time.perf_counter() - start
+    if part == "at_once":
+        next(iter(pipeline))
+        pipeline.close()
+        return {"s": time.perf_counter() - start, "built": built}
+    time.sleep(pause)  # the model's build, compile and checkpoint load
+    start, first, seen = time.perf_counter(), None, 0
+    for batch in pipeline:
+        first = time.perf_counter() - start if first is None else first
+        seen += int((batch.sources >= 0).sum())
+        if seen >= tokens:
+            break
+    rate = seen / (time.perf_counter() - start)
     pipeline.close()
-    return {"s": first, "built": built}
+    return {"s": first, "built": built, "rate": rate}
 
 
-def run_one(part: str, setup: dict, pause: float) -> dict:
-    spec = json.dumps({"part": part, "setup": setup, "pause": pause})
+def run_one(part: str, setup: dict, pause: float, tokens: int) -> dict:
+    spec = json.dumps({"part": part, "setup": setup, "pause": pause, "tokens": tokens})
     result = in_fresh_process(__file__, ["--one", spec], part, timeout=300)
     if result is None:  # every part is needed for the table
         raise RuntimeError(f"{part}: no measurement (its output is above)")
@@ -99,11 +111,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--pause", type=float, default=2.0, help="seconds between building and iterating")
+    parser.add_argument("--tokens", type=int, default=8_000_000, help="tokens after iter, for the rate")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         spec = json.loads(args.one)
-        print(json.dumps(one(spec["part"], spec["setup"], spec["pause"])), flush=True)
+        print(json.dumps(one(spec["part"], spec["setup"], spec["pause"], spec["tokens"])), flush=True)
         return
     compile_project()
     from zephon.testing import gpt2_tokenizer_dir
@@ -116,7 +129,7 @@ def main() -> None:
         setup = {"files": files, "weights": MIXTURE, "tokenizer": tokenizer}
         for rep in range(args.reps):
             for label, part in PARTS.items():
-                runs[label].append(run_one(part, setup, args.pause))
+                runs[label].append(run_one(part, setup, args.pause, args.tokens))
                 print(f"rep {rep + 1}/{args.reps}: {label}: {runs[label][-1]}", flush=True)
     _write(runs, args)
 
@@ -129,18 +142,23 @@ def _write(runs: dict[str, list[dict]], args) -> None:
     lines = [
         "# Start-up: the parts of the time to the first batch",
         "",
-        f"`python benchmarks/startup.py --reps {args.reps} --pause {args.pause:g}` on {platform.machine()}, "
+        f"`python benchmarks/startup.py --reps {args.reps} --pause {args.pause:g} --tokens {args.tokens}` on "
+        f"{platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}. Each figure in a fresh process, "
         f"interleaved, medians of {args.reps}, from bytecode compiled as at install. The recipe is the "
         "throughput benchmark's (three real-text datasets, GPT-2 BPE, default backend, 8 lanes, "
         "shuffle 256, rows of 2049, microbatch 8).",
         "",
-        "| part | seconds | CPU seconds | built in (s) |",
-        "|---|---:|---:|---:|",
+        f"| part | seconds | CPU seconds | built in (s) | tokens/s, iter to the {args.tokens:,}th token |",
+        "|---|---:|---:|---:|---:|",
     ]
     for label in PARTS:
         cells = [median(label, key) for key in ("s", "cpu", "built")]
-        lines.append(f"| {label} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
+        rate = median(label, "rate")
+        lines.append(
+            f"| {label} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells)
+            + f" | {'-' if rate is None else f'{rate / 1e6:.2f}M'} |"
+        )  # fmt: skip
     floor = median("import zephon", "s") + median("tokenizers load (Tokenizer.from_str)", "s")
     lines += [
         "",
