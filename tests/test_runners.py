@@ -306,8 +306,13 @@ def test_worker_processes_start_with_the_tokenizer_their_fork_server_loaded(gpt2
     assert both.tokenizers == ((gpt2, "auto"),)
     monkeypatch.setattr(tokenizer, "_LOADED", {})
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # (load_all sets it where unset)
+    for name in ("FASTOKENS_BPE_THREADS", "RAYON_NUM_THREADS"):  # (it sets these too: restored after)
+        monkeypatch.delenv(name, raising=False)
     assert preload.load_all(json.dumps([[gpt2, "auto"], [gpt2, "tokenizers"]])) == [(gpt2, "auto")]
     assert list(tokenizer._LOADED) == [(gpt2, "auto")], "what has no fast backend is not kept"
+    # the server encodes (its probes, the warm-up) with its workers' one thread: no pool thread of
+    # fastokens left in a process that forks
+    assert (os.environ["FASTOKENS_BPE_THREADS"], os.environ["RAYON_NUM_THREADS"]) == ("1", "1")
     script = tmp_path / "pool.py"
     script.write_text(
         "import os, sys, time\n"

@@ -31,6 +31,10 @@ def load_all(named: str) -> list[tuple[str, str]]:
     if wanted:  # no thread pool of Hugging Face tokenizers in a process that forks: probing with
         # it here would make every worker warn and turn its parallelism off (they use one thread)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        # and fastokens' threads as its workers will have them (zephon.runners.process._install):
+        # it reads them at its first encode, here (probes, its warm-up), whose state they inherit
+        for name in ("FASTOKENS_BPE_THREADS", "RAYON_NUM_THREADS"):
+            os.environ.setdefault(name, "1")
     loaded = []
     for tokenizer_id, backend in wanted:
         try:
