@@ -173,6 +173,11 @@ def _context(imports: tuple[str, ...] = (), tokenizers: tuple[tuple[str, str], .
     return context
 
 
+def _context_for(work):
+    """``_context`` for ``work``: its imports and tokenizers, where it names them."""
+    return _context(tuple(getattr(work, "imports", ())), tuple(getattr(work, "tokenizers", ())))
+
+
 def _serve(conn, payload: bytes, owner: int, ship: str | None) -> None:
     """A worker process: load the work, say so, then run each unit that comes down ``conn`` and
     send back ``("ok", result)`` or ``("error", exception)``, in order, until told to stop."""
@@ -281,7 +286,7 @@ class ProcessExecutor(Executor):
         self.ship = handover.prefix(shared_memory) if shared_memory else None
         # here, not on the receiving thread: starting the fork server sets the environment, which
         # the caller's thread does before this executor's threads run units (a tokenizer reads it)
-        self.context = _context(tuple(getattr(work, "imports", ())), tuple(getattr(work, "tokenizers", ())))
+        self.context = _context_for(work)
         self.queue = UrgentQueue()
         self.ready = self.queue.ready  # guards the workers' state too
         self.workers: list[_Worker] = []
@@ -552,7 +557,7 @@ class ProcessRunner(Runner):
         server already running is left as it is. A script that would run again in the server
         (no main guard) is told now, as a pool would tell it."""
         check_main_is_guarded()
-        context = _context(tuple(getattr(work, "imports", ())), tuple(getattr(work, "tokenizers", ())))
+        context = _context_for(work)
         if context.get_start_method() == "forkserver":
             from multiprocessing import forkserver
 
