@@ -47,7 +47,9 @@ def test_the_batch_digests_script_finds_a_change_in_the_data(tmp_path):
     assert found.returncode == 1 and found.stdout.strip() == "single_wrap_stop: digests changed"
 
 
-@pytest.mark.parametrize("script", ["throughput.py", "time_profile.py", "mixer.py", "lane_cost.py"])
+@pytest.mark.parametrize(
+    "script", ["throughput.py", "time_profile.py", "mixer.py", "lane_cost.py", "core_sharing.py"]
+)
 def test_a_benchmark_refuses_fewer_than_one_copy_and_says_what_to_give(script):
     import subprocess
     import sys
@@ -56,6 +58,16 @@ def test_a_benchmark_refuses_fewer_than_one_copy_and_says_what_to_give(script):
     run = subprocess.run([sys.executable, path, "--copies", "0"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2
     assert "--copies 0: give 1 or more" in run.stderr
+
+
+def test_the_core_sharing_benchmark_refuses_no_reps_and_says_what_to_give():
+    import subprocess
+    import sys
+
+    path = os.path.join(ROOT, "benchmarks", "core_sharing.py")
+    run = subprocess.run([sys.executable, path, "--reps", "0"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert "--tokens 40000000 --reps 0: give 1 or more of each" in run.stderr
 
 
 def test_the_profile_counts_a_class_s_methods_and_comprehensions_under_its_kind():
