@@ -48,7 +48,8 @@ def test_the_batch_digests_script_finds_a_change_in_the_data(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "script", ["throughput.py", "time_profile.py", "mixer.py", "lane_cost.py", "core_sharing.py"]
+    "script",
+    ["throughput.py", "time_profile.py", "mixer.py", "lane_cost.py", "core_sharing.py", "core_scaling.py"],
 )
 def test_a_benchmark_refuses_fewer_than_one_copy_and_says_what_to_give(script):
     import subprocess
@@ -68,6 +69,35 @@ def test_the_core_sharing_benchmark_refuses_no_reps_and_says_what_to_give():
     run = subprocess.run([sys.executable, path, "--reps", "0"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2
     assert "--tokens 40000000 --reps 0: give 1 or more of each" in run.stderr
+
+
+def test_the_core_scaling_benchmark_measures_each_worker_count_the_cores_allow_and_projects_as_profile_md():
+    from benchmarks.core_scaling import configurations, projected
+
+    assert configurations(16) == [("inline", 1), *[("thread", w) for w in (1, 2, 4, 8, 16)],
+                                  *[("process", w) for w in (1, 2, 4, 8, 15)]]  # fmt: skip
+    assert configurations(2) == [("inline", 1), ("thread", 1), ("thread", 2), ("process", 1)]
+    # 1e6 / max(W' / cores used, P): the workers and the rank process, at most the machine's cores
+    assert projected(15, 16, p=0.0746, w=0.1896) == 1e6 / 0.0746
+    assert projected(1, 16, p=0.05, w=0.2) == 1e6 / 0.1
+    assert projected(8, 4, p=0.01, w=0.2) == 1e6 / 0.05
+
+
+@pytest.mark.slow
+def test_the_device_check_runs_every_stage_and_says_what_each_gave_without_a_gpu(tmp_path):
+    import subprocess
+
+    out, env = tmp_path / "out", dict(os.environ, WORK=str(tmp_path / "work"), SCALING_TOKENS="300000")
+    env["OUT"] = str(out)
+    run = subprocess.run(["bash", os.path.join(ROOT, "scripts", "device_check.sh")], env=env,
+                         capture_output=True, text=True, timeout=280)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    summary = (out / "summary.txt").read_text()
+    assert "gpu_smoke.sh: exit 1" in summary and "no GPU here" in summary, summary  # refused, and said so
+    assert "core_scaling.py: exit 0" in summary and "| inline | 1 |" in summary, summary
+    assert "| process | 1 |" in summary
+    assert [p.suffix for p in sorted(out.glob("core_scaling_*"))] == [".md", ".png"]
+    assert (out / "logs.tgz").stat().st_size > 0
 
 
 def test_the_profile_counts_a_class_s_methods_and_comprehensions_under_its_kind():
