@@ -110,6 +110,11 @@ def test_the_profile_counts_a_class_s_methods_and_comprehensions_under_its_kind(
     assert profile.kind_of(["run", "_Iterator.__next__"]) == consumer
     assert profile.kind_of(["Thread.run", "Mixer.take", "Mixer._run_end.<locals>.takes"]).startswith("mixer")
     assert profile.kind_of(["Thread.run", "Mixer.takeover"]) == "other", "a prefix is a whole name"
+    # the benchmark writing its corpus before the loader starts is neither the loader nor its consumer
+    written = profile.kind_of(["<module>", "main", "run", "text_setup", "write_copies"])
+    assert written.startswith("the benchmark's data written") and profile._outside(written)
+    start_up = next(k for k in profile.KINDS if k.startswith("start-up"))
+    assert profile._outside(start_up) and not profile._outside(consumer)
 
 
 @pytest.mark.slow
