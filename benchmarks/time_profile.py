@@ -23,6 +23,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 
@@ -64,39 +65,81 @@ RUNNER_NOTE = [
 
 
 def run(args: argparse.Namespace) -> None:
-    """The profiled process: the benchmark's pipeline until enough tokens."""
+    """The profiled process: the benchmark's pipeline until enough tokens. CPU and rate are
+    counted from a tenth of the tokens on and, with the process runner, once its workers run
+    (before, the rank process encodes the first chunks itself: that is start-up, not the work
+    it keeps), or from half of the tokens where they never showed."""
     from benchmarks.common import text_setup
     from benchmarks.peers import zephon_self
 
+    others = Descendants()
     with tempfile.TemporaryDirectory() as tmp:
         setup = text_setup(tmp, args.copies, method=args.runner, workers=args.workers,
                            options={"backend": args.backend})  # fmt: skip
-        done, start, steady = 0, time.perf_counter(), None
+        done, start, steady, looked = 0, time.perf_counter(), None, 0.0
         for out in zephon_self.batches(setup):
             done += int(out.valid.sum())
-            if steady is None and done >= args.tokens // 10:  # CPU from here on
-                steady = done, time.process_time(), _workers_cpu(), time.perf_counter()
+            if steady is None and done >= args.tokens // 10 and time.perf_counter() - looked > 0.05:
+                looked = time.perf_counter()
+                up = args.runner != "process" or others.running() > args.workers  # the fork server too
+                if up or done >= args.tokens // 2:
+                    steady = done, time.process_time(), others.cpu(), time.perf_counter()
             if done >= args.tokens:
                 break
         tokens, wall = done - steady[0], time.perf_counter() - steady[3]
-        own, workers = time.process_time() - steady[1], _workers_cpu() - steady[2]
+        own, workers = time.process_time() - steady[1], others.since(steady[2])
+        others.stop.set()
         result = {"tokens": done, "seconds": time.perf_counter() - start, "own_cpu_per_m": own / tokens * 1e6,
-                  "all_cpu_per_m": (own + workers) / tokens * 1e6, "steady_rate": tokens / wall}  # fmt: skip
+                  "all_cpu_per_m": (own + workers) / tokens * 1e6, "steady_rate": tokens / wall,
+                  "steady_from": steady[0]}  # fmt: skip
         print(json.dumps(result), flush=True)
 
 
-def _workers_cpu() -> float:
-    """CPU seconds of this process's descendants so far (the fork server's worker processes)."""
-    import psutil
+class Descendants:
+    """CPU seconds of this process's descendants (the fork server, its worker processes), each
+    as last read: a thread reads them every ``every`` seconds, so that one that ends keeps its
+    last reading (summing the live ones alone, a process gone between two readings had taken
+    its seconds with it, and the workers' CPU once came out negative)."""
 
-    total = 0.0
-    for child in psutil.Process().children(recursive=True):
-        try:
-            times = child.cpu_times()
-            total += times.user + times.system
-        except psutil.Error:  # ended meanwhile
-            pass
-    return total
+    def __init__(self, every: float = 0.2):
+        self.seen: dict[tuple[int, float], float] = {}  # (pid, created) -> CPU seconds
+        self.live = 0
+        self.lock, self.stop = threading.Lock(), threading.Event()
+        threading.Thread(target=self._watch, args=(every,), daemon=True).start()
+
+    def _watch(self, every: float) -> None:
+        while not self.stop.wait(every):
+            self.read()
+
+    def read(self) -> None:
+        import psutil
+
+        live = 0
+        for child in psutil.Process().children(recursive=True):
+            try:
+                times, key = child.cpu_times(), (child.pid, child.create_time())
+                tracker = "resource_tracker" in " ".join(child.cmdline())
+            except psutil.Error:  # ended meanwhile: its last reading stands
+                continue
+            live += not tracker
+            with self.lock:
+                self.seen[key] = times.user + times.system
+        self.live = live
+
+    def running(self) -> int:
+        """Descendants alive now, multiprocessing's resource tracker left out."""
+        self.read()
+        return self.live
+
+    def cpu(self) -> dict[tuple[int, float], float]:
+        self.read()
+        with self.lock:
+            return dict(self.seen)
+
+    def since(self, before: dict[tuple[int, float], float]) -> float:
+        """CPU seconds the descendants used since the reading ``before`` (new ones: all of theirs)."""
+        now = self.cpu()
+        return sum(cpu - before.get(key, 0.0) for key, cpu in now.items())
 
 
 def read_raw(raw: str) -> list[tuple[list[str], int]]:

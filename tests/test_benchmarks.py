@@ -100,6 +100,25 @@ def test_the_device_check_runs_every_stage_and_says_what_each_gave_without_a_gpu
     assert (out / "logs.tgz").stat().st_size > 0
 
 
+def test_the_profile_keeps_the_cpu_of_a_worker_process_that_ended_before_the_last_reading():
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks.time_profile import Descendants
+
+    others = Descendants(every=0.05)
+    before = others.cpu()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\ntime.sleep(0.3)"
+    child = subprocess.Popen([sys.executable, "-c", burn])
+    assert others.running() >= 1
+    child.wait(timeout=60)
+    time.sleep(0.1)
+    # summing the live processes alone gives 0 here: the child is gone
+    assert others.since(before) >= 0.3
+    others.stop.set()
+
+
 def test_the_profile_counts_a_class_s_methods_and_comprehensions_under_its_kind():
     import benchmarks.time_profile as profile
 
