@@ -21,13 +21,26 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import statistics
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# the 2-core figures the projection in profile.md was made from (process runner, 2 workers)
-PROFILE_P, PROFILE_W = 0.0746, 0.1896
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+PROFILE = os.path.join(RESULTS, "profile.md")  # the text written once; profile_corpus.md: 16 times
+_FIGURES = r"P = ([0-9.]+) core-s per million tokens, and that of every process,\s+W' = ([0-9.]+)"
+
+
+def profile_figures(path: str = PROFILE) -> tuple[float, float] | None:
+    """P and W' as ``benchmarks/time_profile.py`` last wrote them into a profile (its process run,
+    2 workers): what its projection was made from; None where the file does not say."""
+    try:
+        with open(path) as f:
+            found = re.search(_FIGURES, f.read())
+    except OSError:
+        return None
+    return (float(found[1]), float(found[2])) if found else None
 
 
 def configurations(cores: int) -> list[tuple[str, int]]:
@@ -111,6 +124,9 @@ def main() -> None:
     processes = [r for r in rows if r["runner"] == "process"]
     # the projection's P and W' from the fewest process workers, checked against the rest
     ref = min(processes, key=lambda r: abs(r["workers"] - 2))
+    # the profile of the same data: profile_corpus.md is the text written 16 times over
+    profile_name = "profile_corpus.md" if args.copies > 1 else "profile.md"
+    figures = profile_figures(os.path.join(RESULTS, profile_name))
     lines = [
         f"# One rank process on {cores} cores",
         "",
@@ -124,7 +140,7 @@ def main() -> None:
         "several threads); with process workers 1e6 / P bounds what the rank process delivers.",
         "",
         "| runner | workers | tokens/s steady | vs inline | end to end | P | W' | 1e6 / P "
-        f"| projected from process x{ref['workers']} | from profile.md |",
+        f"| projected from process x{ref['workers']} | from {profile_name} |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -132,17 +148,19 @@ def main() -> None:
         if r["runner"] == "process":
             bound = f"{1e6 / r['p'] / 1e6:.1f}M"
             here = f"{projected(r['workers'], cores, ref['p'], ref['w']) / 1e6:.1f}M"
-            profile = f"{projected(r['workers'], cores, PROFILE_P, PROFILE_W) / 1e6:.1f}M"
+            if figures:
+                profile = f"{projected(r['workers'], cores, *figures) / 1e6:.1f}M"
         lines.append(
             f"| {r['runner']} | {r['workers']} | {r['steady'] / 1e6:.2f}M | {r['steady'] / inline:.2f}x | "
             f"{r['end'] / 1e6:.2f}M | {r['p']:.4f} | {r['w']:.4f} | {bound} | {here} | {profile} |"
         )
     best = max(processes, key=lambda r: r["steady"])
+    of_profile = f"P = {figures[0]}, W' = {figures[1]}" if figures else "none found"
     lines += [
         "",
-        "Projection (`benchmarks/results/profile.md`): `tokens/s = 1e6 / max(W' / min(workers + 1, "
+        f"Projection (`benchmarks/results/{profile_name}`): `tokens/s = 1e6 / max(W' / min(workers + 1, "
         f"cores), P)`, from this run's process x{ref['workers']} (P = {ref['p']:.4f}, W' = {ref['w']:.4f}) "
-        f"and from the 2-core profile's P = {PROFILE_P}, W' = {PROFILE_W}. The best process run "
+        f"and from the profile's own process run ({of_profile}). The best process run "
         f"(x{best['workers']}) delivered {best['steady'] / 1e6:.2f}M tokens/s, its rank process "
         f"busy on {best['steady'] * best['p'] / 1e6:.2f} cores (P x tokens/s; over 1: its threads "
         "overlap, and 1e6 / P is no hard bound).",

@@ -83,6 +83,21 @@ def test_the_core_scaling_benchmark_measures_each_worker_count_the_cores_allow_a
     assert projected(8, 4, p=0.01, w=0.2) == 1e6 / 0.05
 
 
+def test_the_core_scaling_benchmark_projects_from_the_figures_profile_md_holds(tmp_path):
+    import re
+
+    from benchmarks.core_scaling import PROFILE, profile_figures
+
+    with open(PROFILE) as f:
+        said = re.search(r"P = ([0-9.]+) core-s per million tokens", f.read())
+    assert profile_figures()[0] == float(said[1])  # the committed profile's own process run
+    other = tmp_path / "profile.md"
+    other.write_text("P = 0.05 core-s per million tokens, and that of every process,\nW' = 0.2 (py-spy's)\n")
+    assert profile_figures(str(other)) == (0.05, 0.2)
+    other.write_text("no figures here\n")
+    assert profile_figures(str(other)) is None and profile_figures(str(tmp_path / "none.md")) is None
+
+
 @pytest.mark.slow
 def test_the_device_check_runs_every_stage_and_says_what_each_gave_without_a_gpu(tmp_path):
     import subprocess
