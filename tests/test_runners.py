@@ -29,10 +29,10 @@ from zephon.testing import take
 
 def test_read_ahead_goes_as_deep_as_the_results_held_fit_the_budget():
     ahead = ReadAhead(lanes=8, datasets=3, parallelism=2, per_worker=get_runner("process").units_ahead)
-    assert (ahead.floor, ahead.base, ahead.want, ahead.depth) == (1, 3, 6, 3)  # 4 units a worker
+    assert (ahead.floor, ahead.base, ahead.want, ahead.depth) == (1, 1, 6, 1)  # three units in all
     for d in range(2):
         ahead.seen(d, 8 << 20)
-    assert ahead.depth == 3  # not every dataset seen yet: the chunk count
+    assert ahead.depth == 1  # not every dataset seen yet: the floor
     ahead.seen(2, 200 << 10)
     assert ahead.depth == 1  # 8 lanes x 2 chunks x 16 MiB is over 96 MiB: one ahead
     ahead = ReadAhead(lanes=8, datasets=3, parallelism=2, per_worker=get_runner("process").units_ahead)
@@ -56,10 +56,9 @@ def test_read_ahead_goes_as_deep_as_the_results_held_fit_the_budget():
     per_worker=st.integers(1, 16),
     sizes=st.lists(st.tuples(st.integers(0, 5), st.integers(1, 64 << 20)), max_size=30),
 )  # fmt: skip
-def test_read_ahead_keeps_the_chunk_count_or_fits_its_budget(lanes, datasets, workers, per_worker, sizes):
+def test_read_ahead_keeps_its_floor_or_fits_its_budget(lanes, datasets, workers, per_worker, sizes):
     ahead = ReadAhead(lanes, datasets, workers, per_worker)
-    most = max(1, ReadAhead.MOST_CHUNKS // (lanes * datasets))
-    assert ahead.depth == max(-(-3 // datasets), min(-(-4 * workers // datasets), ahead.want, most))
+    assert ahead.depth == ahead.floor == -(-3 // datasets)  # three units in all until results come
     for d, nbytes in sizes:
         ahead.seen(d % datasets, nbytes)
         if not all(ahead.largest):
