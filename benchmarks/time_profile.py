@@ -79,13 +79,18 @@ def run(args: argparse.Namespace) -> None:
         done, start, steady, looked = 0, time.perf_counter(), None, 0.0
         for out in zephon_self.batches(setup):
             done += int(out.valid.sum())
-            if steady is None and done >= args.tokens // 10 and time.perf_counter() - looked > 0.05:
+            late = done >= args.tokens // 2  # never later than this, nor than the last batch
+            if steady is None and done >= args.tokens // 10 and (late or time.perf_counter() - looked > 0.05):
                 looked = time.perf_counter()
                 up = args.runner != "process" or others.running() > args.workers  # the fork server too
-                if up or done >= args.tokens // 2:
+                if up or late:
                     steady = done, time.process_time(), others.cpu(), time.perf_counter()
             if done >= args.tokens:
                 break
+        if steady is None or done == steady[0]:
+            others.stop.set()
+            sys.exit(f"--tokens {args.tokens}: no batches after the first tenth to measure; give more "
+                     f"(a batch here holds {int(out.valid.size):,} tokens)")  # fmt: skip
         tokens, wall = done - steady[0], time.perf_counter() - steady[3]
         own, workers = time.process_time() - steady[1], others.since(steady[2])
         others.stop.set()

@@ -134,6 +134,17 @@ def test_the_profile_keeps_the_cpu_of_a_worker_process_that_ended_before_the_las
     others.stop.set()
 
 
+def test_a_profiled_run_too_short_for_a_steady_part_says_so_and_what_to_give():
+    import subprocess
+    import sys
+
+    path = os.path.join(ROOT, "benchmarks", "time_profile.py")
+    command = [sys.executable, path, "--child", "--runner", "inline", "--workers", "1", "--tokens", "100"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert "--tokens 100: no batches after the first tenth to measure; give more" in run.stderr
+
+
 def test_the_profile_counts_a_class_s_methods_and_comprehensions_under_its_kind():
     import benchmarks.time_profile as profile
 
