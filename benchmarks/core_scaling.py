@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--results", help="folder for the results (default benchmarks/results)")
     args = parser.parse_args()
     sys.path.insert(0, ROOT)  # benchmarks.common, from a source checkout
-    from benchmarks.common import compile_project, in_fresh_process, refuse_fewer_than_one_copy, result_path
+    from benchmarks.common import compile_project, in_fresh_process, refuse_fewer_than_one_copy
 
     refuse_fewer_than_one_copy(parser, args.copies)
     if args.tokens < 10 or args.reps < 1:
@@ -168,7 +168,7 @@ def main() -> None:
     lines += ["", "Every run, tokens/s steady (M), in the order run:"]
     for (runner, workers), mine in runs.items():
         lines.append(f"- {runner} x{workers}: " + ", ".join(f"{r['steady_rate'] / 1e6:.2f}" for r in mine))
-    folder = args.results or os.path.dirname(result_path("x"))
+    folder = args.results or RESULTS
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"core_scaling_{cores}")
     with open(path + ".md", "w") as f:

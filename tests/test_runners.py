@@ -29,7 +29,7 @@ from zephon.testing import take
 
 def test_read_ahead_goes_as_deep_as_the_results_held_fit_the_budget():
     ahead = ReadAhead(lanes=8, datasets=3, parallelism=2, per_worker=get_runner("process").units_ahead)
-    assert (ahead.floor, ahead.base, ahead.want, ahead.depth) == (1, 1, 6, 1)  # three units in all
+    assert (ahead.floor, ahead.want, ahead.depth) == (1, 6, 1)  # three units in all
     for d in range(2):
         ahead.seen(d, 8 << 20)
     assert ahead.depth == 1  # not every dataset seen yet: the floor
@@ -62,7 +62,7 @@ def test_read_ahead_keeps_its_floor_or_fits_its_budget(lanes, datasets, workers,
     for d, nbytes in sizes:
         ahead.seen(d % datasets, nbytes)
         if not all(ahead.largest):
-            assert ahead.depth == ahead.base
+            assert ahead.depth == ahead.floor
             continue
         assert ahead.floor <= ahead.depth <= ahead.want
         if ahead.depth > ahead.floor:  # past three units in all only within the budget

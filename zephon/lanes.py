@@ -169,14 +169,14 @@ class ReadAhead:
         self.lanes = lanes
         self.floor = -(-3 // datasets)
         self.want = max(self.floor, -(-per_worker * parallelism // datasets))
-        self.base = self.depth = self.floor
+        self.depth = self.floor
         self.largest = [0] * datasets  # bytes of the largest result seen, per dataset
 
     @staticmethod
     def none() -> ReadAhead:
         """No reading ahead (inline: it would only delay the batch at hand)."""
         ahead = ReadAhead(1, 1, 0, 0)
-        ahead.floor = ahead.want = ahead.base = ahead.depth = 0
+        ahead.floor = ahead.want = ahead.depth = 0
         return ahead
 
     def seen(self, dataset: int, nbytes: int) -> None:
