@@ -14,6 +14,14 @@ run in a fresh process, the configurations interleaved ``--reps`` times:
   (``sys.setswitchinterval``): whether the workers and the lane thread wait on each other's turns;
 - two process workers.
 
+Then why thread workers gain so little: turns on the GIL, measured alone. fastokens releases the
+GIL while it encodes, and must take it back to return; a thread that runs Python (the lane thread)
+keeps it until it waits or until Python's switch interval (5 ms by default) makes it give it up.
+In a fresh process, the same texts (the corpus, in calls of a chunk's size, about 64 KiB of text
+each) are encoded on one fastokens thread alone, then beside a thread that only runs Python, at
+switch intervals of 5, 1 and 0.2 ms: the encoding's wall and CPU seconds, and how far the Python
+thread got against the same thread alone.
+
 Reports medians of tokens/s end to end and after the first batch, and the CPU the run's own
 process used (process workers' CPU is theirs, not counted). Writes
 ``benchmarks/results/core_sharing.txt``.
@@ -30,6 +38,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,6 +80,72 @@ def child(name: str, tokens: int, copies: int) -> None:
     print(json.dumps(record), flush=True)
 
 
+TURNS_INTERVALS = (0.005, 0.001, 0.0002)  # seconds: Python's default switch interval, and less
+CALL_CHARS = 64 << 10  # text per encode call: about one chunk of the throughput benchmark's
+PYTHON_ALONE = 1.0  # seconds the Python thread runs alone, for its own pace
+
+
+def turns() -> None:
+    """The encoding alone and beside a thread running Python, in this fresh process (one fastokens
+    thread): prints JSON."""
+    import fastokens
+
+    from benchmarks.common import text_setup
+
+    with tempfile.TemporaryDirectory() as tmp:
+        setup = text_setup(tmp)
+        texts = []
+        for path in setup.files.values():
+            with open(path) as f:
+                texts += [json.loads(line)["text"] for line in f]
+        tok = fastokens.Tokenizer.from_file(setup.tokenizer_json)
+    calls, call, size = [], [], 0
+    for text in texts:
+        call.append(text)
+        size += len(text)
+        if size >= CALL_CHARS:
+            calls.append(call)
+            call, size = [], 0
+    calls = [*calls, call] * 3
+    tok.encode_batch_flat(calls[0])  # its first call builds what it keeps
+
+    def encode() -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        for texts in calls:
+            tok.encode_batch_flat(texts)
+        return time.perf_counter() - wall, time.thread_time() - cpu
+
+    def python(stop: list) -> None:  # counts, holding the GIL but at the interpreter's switches
+        n = 0
+        while not stop:
+            n += 1
+        stop.append(n)
+
+    def beside() -> tuple[float, float, float]:
+        stop: list = []
+        thread = threading.Thread(target=python, args=(stop,))
+        thread.start()
+        wall, cpu = encode()
+        stop.append(None)
+        thread.join()
+        return wall, cpu, stop[-1] / wall
+
+    alone_wall, alone_cpu = encode()
+    stop: list = []
+    thread = threading.Thread(target=python, args=(stop,))
+    thread.start()
+    time.sleep(PYTHON_ALONE)
+    stop.append(None)
+    thread.join()
+    python_alone = stop[-1] / PYTHON_ALONE
+    record = {"alone": [alone_wall, alone_cpu], "calls": len(calls), "chars": sum(map(len, texts))}
+    for interval in TURNS_INTERVALS:
+        sys.setswitchinterval(interval)
+        wall, cpu, rate = beside()
+        record[str(interval)] = [wall, cpu, rate / python_alone]
+    print(json.dumps(record), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -86,6 +161,9 @@ def main() -> None:
     refuse_fewer_than_one_copy(parser, args.copies)
     if args.tokens < 1 or args.reps < 1:
         parser.error(f"--tokens {args.tokens} --reps {args.reps}: give 1 or more of each")
+    if args.child == "turns":
+        turns()
+        return
     if args.child:
         child(args.child, args.tokens, args.copies)
         return
@@ -103,6 +181,19 @@ def main() -> None:
             left = (time.monotonic() - began) / done * (args.reps * len(CONFIGS) - done)
             rate = run["rate"] / 1e6
             print(f"rep {rep + 1}/{args.reps} {name}: {rate:.2f}M tokens/s; about {left:.0f} s left")
+
+    turn_runs = []
+    for rep in range(args.reps):
+        run = in_fresh_process(
+            __file__, ["--child", "turns"], "turns", timeout=600, env=dict(os.environ, **ONE_THREAD)
+        )
+        if run is None:
+            sys.exit("core_sharing: the GIL turns' run failed (above); nothing written")
+        turn_runs.append(run)
+        print(
+            f"turns {rep + 1}/{args.reps}: encoding alone {run['alone'][0]:.3f} s, beside Python "
+            + ", ".join(f"{float(k) * 1e3:g} ms: {run[k][0]:.3f} s" for k in map(str, TURNS_INTERVALS))
+        )
 
     def median(name: str, key: str) -> float:
         return statistics.median(run[key] for run in runs[name])
@@ -127,7 +218,35 @@ def main() -> None:
     lines += ["", "Every run, tokens/s end to end (M), in the order run:"]
     for name in CONFIGS:
         lines.append(f"- {name}: " + ", ".join(f"{run['rate'] / 1e6:.2f}" for run in runs[name]))
+    lines += _turns_lines(turn_runs)
     write_result("core_sharing.txt", lines)
+
+
+def _turns_lines(runs: list[dict]) -> list[str]:
+    def med(key: str, i: int) -> float:
+        return statistics.median(run[key][i] for run in runs)
+
+    alone = med("alone", 0)
+    lines = [
+        "",
+        "## Turns on the GIL",
+        "",
+        f"The corpus's text ({runs[0]['chars'] / 1e6:.1f}M characters, three times over, in "
+        f"{runs[0]['calls']} calls of about {CALL_CHARS >> 10} KiB) encoded by fastokens on one "
+        f"thread, alone and beside a thread that only runs Python; each run in a fresh process, "
+        f'medians of {len(runs)}. "Python\'s pace": how far that thread got, against itself alone.',
+        "",
+        "| encoding | wall | vs alone | its CPU | Python's pace |",
+        "|---|---:|---:|---:|---:|",
+        f"| alone | {alone:.3f} s | 1.00x | {med('alone', 1):.3f} s | - |",
+    ]
+    for interval in map(str, TURNS_INTERVALS):
+        wall = med(interval, 0)
+        lines.append(
+            f"| beside Python, switch interval {float(interval) * 1e3:g} ms | {wall:.3f} s | "
+            f"{wall / alone:.2f}x | {med(interval, 1):.3f} s | {med(interval, 2):.2f}x |"
+        )
+    return lines
 
 
 if __name__ == "__main__":

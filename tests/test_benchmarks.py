@@ -71,6 +71,30 @@ def test_the_core_sharing_benchmark_refuses_no_reps_and_says_what_to_give():
     assert "--tokens 40000000 --reps 0: give 1 or more of each" in run.stderr
 
 
+@pytest.mark.slow
+def test_the_core_sharing_benchmark_times_the_encoding_alone_and_beside_python_at_each_switch_interval():
+    import json
+    import subprocess
+    import sys
+
+    from benchmarks.core_sharing import TURNS_INTERVALS, _turns_lines
+
+    path = os.path.join(ROOT, "benchmarks", "core_sharing.py")
+    env = dict(os.environ, FASTOKENS_BPE_THREADS="1")
+    run = subprocess.run([sys.executable, path, "--child", "turns"], capture_output=True, text=True,
+                         timeout=240, env=env)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads(run.stdout.strip().splitlines()[-1])
+    assert record["calls"] > 100 and record["chars"] > 1_000_000  # the corpus, in calls of a chunk's size
+    for key in ["alone", *map(str, TURNS_INTERVALS)]:
+        wall, cpu, *pace = record[key]
+        assert wall > 0 and cpu > 0 and all(p > 0 for p in pace), (key, record[key])
+    lines = _turns_lines([record, record])
+    assert f"| alone | {record['alone'][0]:.3f} s | 1.00x |" in "\n".join(lines)
+    ratio = record["0.005"][0] / record["alone"][0]
+    assert f"| beside Python, switch interval 5 ms | {record['0.005'][0]:.3f} s | {ratio:.2f}x |" in lines[-3]
+
+
 def test_the_core_scaling_benchmark_measures_each_worker_count_the_cores_allow_and_projects_as_profile_md():
     from benchmarks.core_scaling import configurations, projected
 
