@@ -17,6 +17,21 @@ from zephon.testing import drain
 from zephon.testing.data import kjv_records, python_source_documents
 
 
+@pytest.fixture
+def held_loading(monkeypatch):
+    """The fast backend's loading held until the test sets the gate it yields; released at the
+    test's end whatever it gave (the loading thread is not a daemon: held, the process would
+    not exit)."""
+    import threading
+
+    gate = threading.Event()
+    real = fast_tokenizer.FastBackend._load
+    monkeypatch.setattr(fast_tokenizer.FastBackend, "_load", lambda self, *a: (gate.wait(), real(self, *a)))
+    monkeypatch.setattr(fast_tokenizer.FastBackend, "patience", 60.0)
+    yield gate
+    gate.set()
+
+
 def _no_reference(texts):
     raise AssertionError("the reference encoded where fastokens was to")
 
@@ -81,17 +96,22 @@ def test_probes_that_differ_keep_the_reference(fresh_tokenizers, gpt2, monkeypat
     assert load_tokenizer(gpt2).fast is None, "the recorded verdict: not even loaded again"
 
 
-def test_until_the_fast_backend_is_loaded_the_reference_encodes(fresh_tokenizers, gpt2, monkeypatch):
+def test_until_the_fast_backend_is_loaded_the_reference_encodes(
+    fresh_tokenizers, gpt2, monkeypatch, held_loading
+):
     import threading
 
-    gate = threading.Event()
-    real = fast_tokenizer.FastBackend._load
-    monkeypatch.setattr(fast_tokenizer.FastBackend, "_load", lambda self, *a: (gate.wait(), real(self, *a)))
-    monkeypatch.setattr(fast_tokenizer.FastBackend, "patience", 60.0)
+    gate = held_loading
     tok = load_tokenizer(gpt2)
+    one_core = []
+    real_one_thread = tok.encode_one_thread
+    monkeypatch.setattr(
+        tok, "encode_one_thread", lambda texts: (one_core.append(texts), real_one_thread(texts))[1]
+    )
     texts = ["Loading, still", "and another"]  # small: the reference encodes them, no waiting
     ids, offsets = tok.encode_flat(texts)
     assert not tok.fast.ready.is_set() and ids[: offsets[1]].tolist() == tok.encode_batch(texts)[0]
+    assert one_core == [texts], "on one core, leaving the other to the loading"
     big = [r["text"] for r in kjv_records()[:3000]]  # larger: waits for the fast backend
     assert sum(map(len, big)) > fast_tokenizer.FastBackend.small
     out = []
@@ -106,16 +126,25 @@ def test_until_the_fast_backend_is_loaded_the_reference_encodes(fresh_tokenizers
     assert tok.backend_name == "fastokens"
 
 
-def test_while_loading_the_reference_encodes_one_call_at_a_time(fresh_tokenizers, gpt2, monkeypatch):
+def test_the_reference_on_one_core_gives_its_batched_ids(fresh_tokenizers, gpt2):
+    tok = load_tokenizer(gpt2, backend="tokenizers")
+    code = [d["text"] for d in python_source_documents(200_000, 20_000)]
+    texts = [r["text"] for r in kjv_records()[:300]] + code + ["", " ", "a<|endoftext|>b"]
+    assert len(code) > 5
+    assert tok.encode_one_thread(texts) == tok.encode_batch(texts)
+    ids, offsets = tok._flat_one_thread(texts)
+    assert [ids[a:b].tolist() for a, b in itertools.pairwise(offsets)] == tok.encode_batch(texts)
+
+
+def test_while_loading_the_reference_encodes_one_call_at_a_time(
+    fresh_tokenizers, gpt2, monkeypatch, held_loading
+):
     """Thread workers reading ahead must not put every chunk through the reference at once (and
     starve the loading of a core): a second caller waits for the reference's turn or for the
     fast backend, whichever comes first."""
     import threading
 
-    gate = threading.Event()
-    real = fast_tokenizer.FastBackend._load
-    monkeypatch.setattr(fast_tokenizer.FastBackend, "_load", lambda self, *a: (gate.wait(), real(self, *a)))
-    monkeypatch.setattr(fast_tokenizer.FastBackend, "patience", 60.0)
+    gate = held_loading
     tok = load_tokenizer(gpt2)
     entered = {name: threading.Event() for name in ("first", "second", "third")}
     leave = {name: threading.Event() for name in entered}

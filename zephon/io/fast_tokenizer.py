@@ -102,7 +102,8 @@ class FastBackend:
     the reference is built, which joins it with :meth:`attach`. Until it is ready, the
     reference encodes texts of up to ``small`` characters (a run's first chunks: the reference
     is done with one in tens of milliseconds, while the loading has tenths of a second to go),
-    **one call at a time**: thread workers reading ahead would otherwise put every chunk in
+    **one call at a time**, on one core (``meanwhile``: the tokenizers' own thread pool would
+    take the loading's core too): thread workers reading ahead would otherwise put every chunk in
     sight through the reference, on every core, and starve the loading of the core it needs
     (measured: two thread workers sent a second and a half of CPU through the reference over
     a run of 8M tokens, the inline runner a tenth of a second). A caller that finds the
@@ -162,9 +163,15 @@ class FastBackend:
         """Whether it is on, once loaded and probed (False if not loaded within ``timeout``)."""
         return self.ready.wait(timeout) and self.on
 
-    def encode_flat(self, texts: list[str], reference: Callable[[list[str]], Any]):
+    def encode_flat(
+        self,
+        texts: list[str],
+        reference: Callable[[list[str]], Any],
+        meanwhile: Callable[[list[str]], Any] | None = None,
+    ):
         """(ids uint32, offsets int64 [n + 1]) from fastokens, or ``reference(texts)`` where the
-        reference must encode (see the class)."""
+        reference must encode (see the class); ``meanwhile``: the reference on one core, for
+        the texts it encodes while the fast backend loads on the other (default ``reference``)."""
         if not self.ready.is_set() and sum(map(len, texts)) <= self.small:
             with self.turn:  # the reference's turn, or the fast backend, whichever comes first
                 self.turn.wait_for(lambda: self.ready.is_set() or not self.referencing, self.patience)
@@ -172,7 +179,7 @@ class FastBackend:
                 self.referencing += mine
             if mine:
                 try:
-                    return reference(texts)
+                    return (meanwhile or reference)(texts)
                 finally:
                     with self.turn:
                         self.referencing -= 1

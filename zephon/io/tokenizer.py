@@ -27,6 +27,14 @@ import numpy as np
 
 from zephon.io import fast_tokenizer
 
+
+def flat(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Lists of ids laid end to end: one int32 array, and offsets (int64, ``len(ids) + 1``)."""
+    offsets = np.zeros(len(ids) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, ids), np.int64, len(ids)), out=offsets[1:])
+    return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(offsets[-1])), offsets
+
+
 _EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
 _BOS_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "<|bos|>", "[CLS]")
 
@@ -50,10 +58,7 @@ class TextTokenizer(ABC):
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """All texts' ids as one int32 array, and offsets (int64, ``len(texts) + 1``)."""
-        ids = self.encode_batch(texts)
-        offsets = np.zeros(len(ids) + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, ids), np.int64, len(ids)), out=offsets[1:])
-        return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(offsets[-1])), offsets
+        return flat(self.encode_batch(texts))
 
     @abstractmethod
     def decode(self, ids: list[int]) -> str: ...
@@ -100,11 +105,23 @@ class HFTokenizer(TextTokenizer):
         fast = getattr(self.backend, "encode_batch_fast", None) or self.backend.encode_batch
         return [e.ids for e in fast(texts, add_special_tokens=False)]
 
+    def encode_one_thread(self, texts: list[str]) -> list[list[int]]:
+        """As ``encode_batch``, on one core: one text a call, as a batch of one, which the
+        tokenizers' thread pool cannot split (and without touching ``TOKENIZERS_PARALLELISM``,
+        the process's, which other threads read). What the reference encodes while the fast
+        backend loads, so that the loading keeps the other core: with the pool, inline, the
+        fast backend was ready 0.05 s later and 8M tokens took 5-8% longer end to end."""
+        fast = getattr(self.backend, "encode_batch_fast", None) or self.backend.encode_batch
+        return [fast([text], add_special_tokens=False)[0].ids for text in texts]
+
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         if self.fast is None:
             return super().encode_flat(texts)
-        ids, offsets = self.fast.encode_flat(texts, super().encode_flat)
+        ids, offsets = self.fast.encode_flat(texts, super().encode_flat, self._flat_one_thread)
         return ids.view(np.int32), offsets
+
+    def _flat_one_thread(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return flat(self.encode_one_thread(texts))
 
     @property
     def backend_name(self) -> str:
