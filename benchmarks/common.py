@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -93,6 +95,40 @@ def in_fresh_process(
         print(f"  {label}: failed ({done.returncode})\n{(done.stdout + done.stderr)[-2000:]}", flush=True)
         return None
     return json.loads(lines[-1])
+
+
+def interleaved(
+    labels: list,
+    reps: int,
+    measure: Callable[[Any], dict | None],
+    say: Callable[[Any, dict], str] = lambda label, result: str(result),
+    required: str | None = None,
+    name: Callable[[Any], str] = str,
+) -> dict[Any, list[dict]]:
+    """Each of ``labels`` measured ``reps`` times (``measure(label)``, in a fresh process as a
+    rule), interleaved: every label's first run, then every label's second, so that the host's
+    drift over the benchmark falls on all of them alike. Each run is printed as it ends (``say``
+    its result), with the time left at the pace so far. Returns ``{label: [results]}``, every
+    label a list; a run that gives None is left out, or, with ``required`` (the benchmark's
+    name), ends the benchmark with nothing written (what failed is printed above). ``name``: a
+    label as printed."""
+    runs: dict[Any, list[dict]] = {label: [] for label in labels}
+    began, total = time.monotonic(), reps * len(labels)
+    for rep in range(reps):
+        for i, label in enumerate(labels):
+            result = measure(label)
+            done = rep * len(labels) + i + 1
+            left = (time.monotonic() - began) / done * (total - done)
+            if result is None and required:
+                sys.exit(f"{required}: the run {name(label)} failed (above); nothing written")
+            if result is not None:
+                runs[label].append(result)
+            said = "failed" if result is None else say(label, result)
+            print(
+                f"[{done}/{total}] rep {rep + 1}/{reps}, {name(label)}: {said}; about {left:.0f} s left",
+                flush=True,
+            )
+    return runs
 
 
 def result_path(name: str) -> str:

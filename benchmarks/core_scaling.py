@@ -24,7 +24,6 @@ import platform
 import re
 import statistics
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -89,7 +88,7 @@ def main() -> None:
     parser.add_argument("--results", help="folder for the results (default benchmarks/results)")
     args = parser.parse_args()
     sys.path.insert(0, ROOT)  # benchmarks.common, from a source checkout
-    from benchmarks.common import compile_project, in_fresh_process, refuse_fewer_than_one_copy
+    from benchmarks.common import compile_project, in_fresh_process, interleaved, refuse_fewer_than_one_copy
 
     refuse_fewer_than_one_copy(parser, args.copies)
     if args.tokens < 10 or args.reps < 1:
@@ -98,21 +97,17 @@ def main() -> None:
     configs = configurations(cores)
     compile_project()
     script = os.path.join(ROOT, "benchmarks", "time_profile.py")
-    runs: dict[tuple[str, int], list[dict]] = {c: [] for c in configs}
-    began, total = time.monotonic(), args.reps * len(configs)
-    for rep in range(args.reps):
-        for runner, workers in configs:
-            argv = ["--child", "--runner", runner, "--workers", str(workers), "--backend", args.backend]
-            argv += ["--tokens", str(args.tokens), "--copies", str(args.copies)]
-            label = f"{runner} x{workers}"
-            run = in_fresh_process(script, argv, label, timeout=1200)
-            if run is None:
-                sys.exit(f"core_scaling: the run {label} failed (above); nothing written")
-            runs[runner, workers].append(run)
-            done = sum(len(v) for v in runs.values())
-            left = (time.monotonic() - began) / done * (total - done)
-            print(f"rep {rep + 1}/{args.reps} {label}: {run['steady_rate'] / 1e6:.2f}M tokens/s steady, "
-                  f"P {run['own_cpu_per_m']:.4f}; about {left:.0f} s left", flush=True)  # fmt: skip
+
+    def measure(config: tuple[str, int]) -> dict | None:
+        runner, workers = config
+        argv = ["--child", "--runner", runner, "--workers", str(workers), "--backend", args.backend]
+        argv += ["--tokens", str(args.tokens), "--copies", str(args.copies)]
+        return in_fresh_process(script, argv, f"{runner} x{workers}", timeout=1200)
+
+    def say(config: tuple[str, int], run: dict) -> str:
+        return f"{run['steady_rate'] / 1e6:.2f}M tokens/s steady, P {run['own_cpu_per_m']:.4f}"
+
+    runs = interleaved(configs, args.reps, measure, say, "core_scaling", name=lambda c: f"{c[0]} x{c[1]}")
 
     rows = []
     for (runner, workers), mine in runs.items():

@@ -156,7 +156,13 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, ROOT)  # benchmarks.common and benchmarks.peers, from a source checkout
-    from benchmarks.common import compile_project, in_fresh_process, refuse_fewer_than_one_copy, write_result
+    from benchmarks.common import (
+        compile_project,
+        in_fresh_process,
+        interleaved,
+        refuse_fewer_than_one_copy,
+        write_result,
+    )
 
     refuse_fewer_than_one_copy(parser, args.copies)
     if args.tokens < 1 or args.reps < 1:
@@ -168,32 +174,26 @@ def main() -> None:
         child(args.child, args.tokens, args.copies)
         return
     compile_project()
-    runs: dict[str, list[dict]] = {name: [] for name in CONFIGS}
-    began = time.monotonic()
-    for rep in range(args.reps):
-        for name, (_, _, env, _) in CONFIGS.items():
-            argv = ["--child", name, "--tokens", str(args.tokens), "--copies", str(args.copies)]
-            run = in_fresh_process(__file__, argv, name, timeout=1200, env=dict(os.environ, **env))
-            if run is None:
-                sys.exit(f"core_sharing: the run {name!r} failed (above); nothing written")
-            runs[name].append(run)
-            done = sum(len(v) for v in runs.values())
-            left = (time.monotonic() - began) / done * (args.reps * len(CONFIGS) - done)
-            rate = run["rate"] / 1e6
-            print(f"rep {rep + 1}/{args.reps} {name}: {rate:.2f}M tokens/s; about {left:.0f} s left")
 
-    turn_runs = []
-    for rep in range(args.reps):
-        run = in_fresh_process(
+    def measure(name: str) -> dict | None:
+        argv = ["--child", name, "--tokens", str(args.tokens), "--copies", str(args.copies)]
+        return in_fresh_process(__file__, argv, name, timeout=1200, env=dict(os.environ, **CONFIGS[name][2]))
+
+    def said(name: str, run: dict) -> str:
+        return f"{run['rate'] / 1e6:.2f}M tokens/s"
+
+    runs = interleaved(list(CONFIGS), args.reps, measure, said, "core_sharing")
+
+    def turns_run(_) -> dict | None:
+        return in_fresh_process(
             __file__, ["--child", "turns"], "turns", timeout=600, env=dict(os.environ, **ONE_THREAD)
         )
-        if run is None:
-            sys.exit("core_sharing: the GIL turns' run failed (above); nothing written")
-        turn_runs.append(run)
-        print(
-            f"turns {rep + 1}/{args.reps}: encoding alone {run['alone'][0]:.3f} s, beside Python "
-            + ", ".join(f"{float(k) * 1e3:g} ms: {run[k][0]:.3f} s" for k in map(str, TURNS_INTERVALS))
-        )
+
+    def turns_said(_, run: dict) -> str:
+        beside = (f"{float(k) * 1e3:g} ms: {run[k][0]:.3f} s" for k in map(str, TURNS_INTERVALS))
+        return f"encoding alone {run['alone'][0]:.3f} s, beside Python " + ", ".join(beside)
+
+    turn_runs = interleaved(["GIL turns"], args.reps, turns_run, turns_said, "core_sharing")["GIL turns"]
 
     def median(name: str, key: str) -> float:
         return statistics.median(run[key] for run in runs[name])

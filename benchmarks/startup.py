@@ -38,7 +38,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # benchmarks.common and benchmarks.peers, from a source checkout
 
-from benchmarks.common import MIXTURE, compile_project, in_fresh_process, write_result  # noqa: E402
+from benchmarks.common import MIXTURE, compile_project, in_fresh_process, interleaved, write_result  # noqa: E402
 
 PARTS = {
     "import zephon": "import",
@@ -122,15 +122,13 @@ def main() -> None:
     from zephon.testing import gpt2_tokenizer_dir
     from zephon.testing.data import real_text_corpora
 
-    runs: dict[str, list[dict]] = {label: [] for label in PARTS}
     with tempfile.TemporaryDirectory() as tmp:
         files = {name: path for name, (path, _) in real_text_corpora(tmp).items()}
         tokenizer = gpt2_tokenizer_dir(os.path.join(tmp, "gpt2"))
         setup = {"files": files, "weights": MIXTURE, "tokenizer": tokenizer}
-        for rep in range(args.reps):
-            for label, part in PARTS.items():
-                runs[label].append(run_one(part, setup, args.pause, args.tokens))
-                print(f"rep {rep + 1}/{args.reps}: {label}: {runs[label][-1]}", flush=True)
+        runs = interleaved(
+            list(PARTS), args.reps, lambda label: run_one(PARTS[label], setup, args.pause, args.tokens)
+        )
     _write(runs, args)
 
 

@@ -49,6 +49,7 @@ from benchmarks.common import (  # noqa: E402
     PeakRSS,
     compile_project,
     in_fresh_process,
+    interleaved,
     refuse_fewer_than_one_copy,
     result_path,
     write_copies,
@@ -216,34 +217,32 @@ def main() -> None:
             "tokenizer": gpt2_tokenizer_dir(os.path.join(tmp, "gpt2")),
             "copies": args.copies,
         }
-        runs: dict[str, list[dict]] = {s: [] for s in systems}
-        for rep in range(args.reps):
-            for system in systems:
-                alone = SYSTEMS[system][0] == "tokenizer_alone" and args.alone_tokens
-                tokens = args.alone_tokens if alone else args.tokens
-                result = run_one({"system": system, "setup": setup, "tokens": tokens}, args.timeout)
-                print(f"rep {rep + 1}: {system}: {result}", flush=True)
-                if result:
-                    runs[system].append(result)
+
+        def one_run(system: str) -> dict | None:
+            alone = SYSTEMS[system][0] == "tokenizer_alone" and args.alone_tokens
+            tokens = args.alone_tokens if alone else args.tokens
+            return run_one({"system": system, "setup": setup, "tokens": tokens}, args.timeout)
+
+        runs = interleaved(systems, args.reps, one_run)
         limit = statistics.median(
             r["tokens_per_s"] for r in runs.get(next(iter(SYSTEMS)), []) or [{"tokens_per_s": 1e6}]
         )
         per_token = 1 / (0.25 * limit)
-        stalls: dict[str, list[dict]] = {}
-        for rep in range(args.stall_reps):
-            for system in systems:
-                if SYSTEMS[system][0] == "tokenizer_alone":
-                    continue
-                spec = {
-                    "system": system,
-                    "setup": setup,
-                    "tokens": args.stall_tokens,
-                    "seconds_per_token": per_token,
-                }
-                result = run_one(spec, args.timeout)
-                print(f"stall, rep {rep + 1}: {system}: {result}", flush=True)
-                if result:
-                    stalls.setdefault(system, []).append(result)
+
+        def stall(system: str) -> dict | None:
+            spec = {
+                "system": system,
+                "setup": setup,
+                "tokens": args.stall_tokens,
+                "seconds_per_token": per_token,
+            }
+            return run_one(spec, args.timeout)
+
+        loaders = [system for system in systems if SYSTEMS[system][0] != "tokenizer_alone"]
+        print("the stall loop:", flush=True)
+        stalls = {
+            system: runs for system, runs in interleaved(loaders, args.stall_reps, stall).items() if runs
+        }
         extras = {}
         for system in systems:
             if SYSTEMS[system][0] != "tokenizer_alone" and "process" not in system and "x1" not in system:

@@ -58,6 +58,7 @@ from benchmarks.common import (  # noqa: E402
     PeakRSS,
     compile_project,
     in_fresh_process,
+    interleaved,
     result_path,
     write_json,
     write_result,
@@ -277,23 +278,16 @@ def main() -> None:
         print(json.dumps(measure(args.one, path, tok, args.tokens, args.decoder)), flush=True)
         return
     compile_project()  # start-up from bytecode, as at install
-    names, results = systems(), {}
     env = dict(os.environ, OMP_NUM_THREADS="1")  # as torchrun sets it for each rank
-    started = time.perf_counter()
-    for rep in range(args.reps):
-        for i, name in enumerate(names):
-            argv = ["--one", name, "--tokens", str(args.tokens), "--data", args.data]
-            argv += ["--decoder", args.decoder]
-            result = in_fresh_process(__file__, argv, name, timeout=900, env=env)
-            if result is None:
-                continue
-            results.setdefault(name, []).append(result)
-            done = rep * len(names) + i + 1
-            rate = (time.perf_counter() - started) / done
-            eta = rate * (args.reps * len(names) - done)  # seconds
-            rate_now = results[name][-1]["tokens_per_s"]
-            total = args.reps * len(names)
-            print(f"[{done}/{total}] {name}: {rate_now:,.0f} usable tokens/s; ETA {eta:.0f}s", flush=True)
+
+    def one_run(name: str) -> dict | None:
+        argv = ["--one", name, "--tokens", str(args.tokens), "--data", args.data, "--decoder", args.decoder]
+        return in_fresh_process(__file__, argv, name, timeout=900, env=env)
+
+    def said(name: str, result: dict) -> str:
+        return f"{result['tokens_per_s']:,.0f} usable tokens/s"
+
+    results = {name: runs for name, runs in interleaved(systems(), args.reps, one_run, said).items() if runs}
     write(results, args, [*decoders(), "", "The resize alone, on the decoded photographs:", "", *resizes()])
 
 

@@ -95,6 +95,27 @@ def test_the_core_sharing_benchmark_times_the_encoding_alone_and_beside_python_a
     assert f"| beside Python, switch interval 5 ms | {record['0.005'][0]:.3f} s | {ratio:.2f}x |" in lines[-3]
 
 
+def test_benchmark_runs_are_interleaved_each_said_with_the_time_left_and_a_failure_left_out_or_fatal(capsys):
+    from benchmarks.common import interleaved
+
+    calls = []
+
+    def measure(label):
+        calls.append(label)
+        return None if (label, calls.count(label)) == ("b", 2) else {"rate": len(calls)}
+
+    runs = interleaved(["a", "b"], 3, measure, lambda label, r: f"rate {r['rate']}", name=str.upper)
+    assert calls == ["a", "b"] * 3  # every label's first run, then every label's second...
+    assert runs == {"a": [{"rate": 1}, {"rate": 3}, {"rate": 5}], "b": [{"rate": 2}, {"rate": 6}]}
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 6 and lines[0].startswith("[1/6] rep 1/3, A: rate 1; about ")
+    assert lines[3].startswith("[4/6] rep 2/3, B: failed; about ") and lines[-1].endswith("about 0 s left")
+    with pytest.raises(SystemExit, match="bench: the run B failed \\(above\\); nothing written"):
+        interleaved(
+            ["a", "b"], 2, lambda label: None if label == "b" else {}, required="bench", name=str.upper
+        )
+
+
 def test_the_core_scaling_benchmark_measures_each_worker_count_the_cores_allow_and_projects_as_profile_md():
     from benchmarks.core_scaling import configurations, projected
 
