@@ -40,6 +40,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ONE_THREAD = {"FASTOKENS_BPE_THREADS": "1", "RAYON_NUM_THREADS": "1"}
@@ -111,38 +113,36 @@ def turns() -> None:
 
     def encode() -> tuple[float, float]:
         wall, cpu = time.perf_counter(), time.thread_time()
-        for texts in calls:
-            tok.encode_batch_flat(texts)
+        for texts_of_a_call in calls:
+            tok.encode_batch_flat(texts_of_a_call)
         return time.perf_counter() - wall, time.thread_time() - cpu
 
-    def python(stop: list) -> None:  # counts, holding the GIL but at the interpreter's switches
-        n = 0
-        while not stop:
-            n += 1
-        stop.append(n)
-
-    def beside() -> tuple[float, float, float]:
+    def beside_python(during: Callable[[], Any]) -> tuple[Any, int]:
+        """``during()`` run beside a thread that only counts, in Python (holding the GIL but at
+        the interpreter's switches): its result, and how far the thread counted meanwhile."""
         stop: list = []
-        thread = threading.Thread(target=python, args=(stop,))
+
+        def count() -> None:
+            n = 0
+            while not stop:
+                n += 1
+            stop.append(n)
+
+        thread = threading.Thread(target=count)
         thread.start()
-        wall, cpu = encode()
+        out = during()
         stop.append(None)
-        thread.join()
-        return wall, cpu, stop[-1] / wall
+        thread.join()  # it ends at its next count
+        return out, stop[-1]
 
     alone_wall, alone_cpu = encode()
-    stop: list = []
-    thread = threading.Thread(target=python, args=(stop,))
-    thread.start()
-    time.sleep(PYTHON_ALONE)
-    stop.append(None)
-    thread.join()
-    python_alone = stop[-1] / PYTHON_ALONE
+    _, counted = beside_python(lambda: time.sleep(PYTHON_ALONE))
+    python_alone = counted / PYTHON_ALONE
     record = {"alone": [alone_wall, alone_cpu], "calls": len(calls), "chars": sum(map(len, texts))}
     for interval in TURNS_INTERVALS:
         sys.setswitchinterval(interval)
-        wall, cpu, rate = beside()
-        record[str(interval)] = [wall, cpu, rate / python_alone]
+        (wall, cpu), counted = beside_python(encode)
+        record[str(interval)] = [wall, cpu, counted / wall / python_alone]
     print(json.dumps(record), flush=True)
 
 
