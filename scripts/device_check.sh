@@ -2,9 +2,13 @@
 # The checks that need a GPU machine (one H200 with 16 cores when one is lent), as one run:
 #   1. scripts/gpu_smoke.sh: flex and varlen attention on 1 GPU, checkpoint, resume on another
 #      rank count (2 CPU ranks where there is one GPU), digests and losses compared;
-#   2. benchmarks/core_scaling.py: one rank process's tokens/s by runner and worker count on all
+#   2. scripts/gpu_attention.py: document masking on the GPU's kernels (compiled FlexAttention,
+#      FlashAttention varlen) and zephon's CPU kernels against every document attended alone,
+#      with torch alone (it runs where TorchTitan cannot import: the GPU machine's torch 2.11);
+#   3. benchmarks/core_scaling.py: one rank process's tokens/s by runner and worker count on all
 #      its cores, against profile.md's projection.
-# Each stage is bounded by `timeout` and runs whatever the other did. Writes under $OUT (default
+# STAGES (default "smoke attention scaling") picks stages. Each stage is bounded by `timeout` and
+# runs whatever the others did. Writes under $OUT (default
 # outputs/device_check): summary.txt (the stages' verdicts and tables), logs.tgz (every log),
 # core_scaling_<cores>.md and .png.
 #
@@ -75,6 +79,8 @@ for name in ("torchtitan", "zephon", "fastokens", "tokenizers", "msgspec", "data
         print(f"  {name}: {type(e).__name__}: {e}")
 PY
 
+STAGES=" ${STAGES:-smoke attention scaling} "
+if [[ $STAGES == *" smoke "* ]]; then
 say "== 1. GPU smoke test (scripts/gpu_smoke.sh)"
 START=$(date +%s)
 OUT="$WORK/smoke" timeout -k 10 "${SMOKE_TIMEOUT:-300}" bash scripts/gpu_smoke.sh >"$WORK/smoke.log" 2>&1
@@ -82,8 +88,20 @@ RC=$?
 say "gpu_smoke.sh: exit $RC after $(($(date +%s) - START)) s (124: past its time limit)"
 grep -E "attention:|^ +[1-6]  |GPU smoke test|Error|error" "$WORK/smoke.log" | grep -v "lspci" | tail -40 | tee -a "$SUMMARY"
 [ "$RC" = 0 ] || tail -15 "$WORK/smoke.log" | tee -a "$SUMMARY"
+fi
 
-say "== 2. one rank process on $(nproc) cores (benchmarks/core_scaling.py)"
+if [[ $STAGES == *" attention "* ]]; then
+say "== 2. document masking on the GPU's kernels (scripts/gpu_attention.py)"
+START=$(date +%s)
+timeout -k 10 "${ATTENTION_TIMEOUT:-240}" python scripts/gpu_attention.py --out "$OUT/gpu_attention.txt" \
+  >"$WORK/gpu_attention.log" 2>&1
+RC=$?
+say "gpu_attention.py: exit $RC after $(($(date +%s) - START)) s"
+grep -vE "^ +File |^    " "$WORK/gpu_attention.log" | tail -40 | tee -a "$SUMMARY"
+fi
+
+if [[ $STAGES == *" scaling "* ]]; then
+say "== 3. one rank process on $(nproc) cores (benchmarks/core_scaling.py)"
 START=$(date +%s)
 timeout -k 10 "${SCALING_TIMEOUT:-200}" python benchmarks/core_scaling.py --tokens "${SCALING_TOKENS:-40000000}" \
   --reps "${SCALING_REPS:-1}" --results "$OUT" >"$WORK/core_scaling.log" 2>&1
@@ -91,6 +109,7 @@ RC=$?
 say "core_scaling.py: exit $RC after $(($(date +%s) - START)) s"
 [ "$RC" = 0 ] || tail -15 "$WORK/core_scaling.log" | tee -a "$SUMMARY"
 grep -E "^rep |^\| " "$WORK/core_scaling.log" | tee -a "$SUMMARY"
+fi
 
 # every log, without the checkpoints
 tar -czf "$OUT/logs.tgz" -C "$WORK" --exclude='checkpoint' --exclude='*.distcp' . 2>/dev/null
