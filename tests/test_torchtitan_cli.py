@@ -257,6 +257,51 @@ def test_the_launch_check_ends_the_output_with_the_error_in_under_3_cpu_seconds(
     assert cpu_seconds < 3, cpu_seconds
 
 
+def test_a_model_module_that_fails_to_import_is_named_with_its_cause_where_torch_is_too_old(tmp_path):
+    """TorchTitan's message drops the cause ("Cannot import config_registry ..."); on the GPU
+    machine's torch 2.11 the cause was a name torch.distributed.fsdp lacks. Simulated here by
+    removing that name before TorchTitan imports, in a child process."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import torch.distributed.fsdp as f; del f.DataParallelMeshDims; torch = __import__('torch'); "
+        "torch.__version__ = '2.11.0'\n"
+        "from zephon.torchtitan.jobview import read_model_facts\n"
+        "try:\n    read_model_facts('llama3', 'llama3_debugmodel')\n"
+        "except ValueError as e:\n    print(e)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    message = result.stdout.strip()
+    assert message.startswith("[model] module = 'llama3': Cannot import config_registry"), message
+    assert (
+        ". torchtitan.models.llama3.config_registry is there but does not import: ImportError: cannot "
+        "import name 'DataParallelMeshDims' from 'torch.distributed.fsdp'" in message
+    ), message
+    assert message.endswith("(this is torch 2.11.0; TorchTitan 0.3.0 needs torch 2.13.0)"), message
+
+
+def test_a_users_model_package_that_fails_to_import_is_named_with_its_cause(tmp_path, monkeypatch):
+    from zephon.torchtitan.jobview import read_model_facts
+
+    package = tmp_path / "my_models"
+    package.mkdir()
+    (package / "__init__.py").write_text("import a_package_not_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError) as e:
+        read_model_facts("my_models", "tiny")
+    assert str(e.value).endswith(
+        ". my_models is there but does not import: ModuleNotFoundError: "
+        "No module named 'a_package_not_installed'"
+    ), e.value
+    with pytest.raises(ValueError) as e:  # no such module: TorchTitan's message, the choices, alone
+        read_model_facts("no_such_models", "tiny")
+    assert "supported modules are: [" in str(e.value) and "is there but" not in str(e.value)
+
+
 # -- what is about to happen ---------------------------------------------------------------------
 
 

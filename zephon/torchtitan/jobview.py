@@ -172,7 +172,8 @@ def read_model_facts(module: str, config: str) -> dict:
     try:
         loaded, _ = ConfigManager()._load_config(["--module", module, "--config", config])
     except ImportError as e:
-        raise ValueError(f"[model] module = {module!r}: {e}") from None
+        cause = _import_failure(module)
+        raise ValueError(f"[model] module = {module!r}: {e}{cause}") from None
     return {
         "vocab_size": decoder_vocab_size(loaded.model_spec),
         "attention": attention_kinds(loaded.model_spec.model),
@@ -180,6 +181,46 @@ def read_model_facts(module: str, config: str) -> dict:
         "training": {k: getattr(loaded.training, k) for k in TRAINING},
         "parallelism": {k: getattr(loaded.parallelism, k) for k in PARALLELISM},
     }
+
+
+# where TorchTitan's ConfigManager looks for a model module's config_registry
+_MODEL_PACKAGES = ("torchtitan.models", "torchtitan.experiments", "torchtitan.experiments.rl.examples")
+
+
+def _import_failure(module: str) -> str:
+    """Why a model module that exists does not import, as text to append to TorchTitan's message
+    (which drops it: a torch older than TorchTitan needs, a missing package); "" where no such
+    module exists. Found without importing TorchTitan's other packages (some set variables)."""
+    import importlib
+    import importlib.util
+
+    import torch
+
+    root = os.path.dirname(importlib.util.find_spec("torchtitan").origin)
+    names = []
+    for package in _MODEL_PACKAGES:
+        path = os.path.join(root, *package.split(".")[1:], *module.split("."))
+        if os.path.isdir(path) or os.path.isfile(path + ".py"):
+            names.append(f"{package}.{module}.config_registry")
+    if not names:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        except Exception:  # a package above it is there and fails as it imports
+            found = True
+        if found:
+            names.append(module)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # the module is there and fails as it imports: the cause
+            why = f"{type(e).__name__}: {e}"
+            torch_too_old = not torch.__version__.startswith("2.13")
+            if torch_too_old and isinstance(e, ImportError) and (e.name or "").split(".")[0] == "torch":
+                why += f" (this is torch {torch.__version__}; TorchTitan 0.3.0 needs torch 2.13.0)"
+            return f". {name} is there but does not import: {why}"
+    return ""
 
 
 def _torchtitan_version() -> str:
