@@ -40,13 +40,26 @@ TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2}
 LOSS_TOLERANCE = {"flex": 1e-4, "varlen": 1e-3}  # packed against alone, relative to the loss
 GPU_CPU_LOSS = 1e-2  # the CPU's losses against the GPU's, relative (other kernels)
 
-LINES: list[str] = []
-FAILED: list[str] = []
 
+class Report:
+    """The check's lines, printed as they come, and the names of the checks that failed."""
 
-def say(line: str = "") -> None:
-    print(line, flush=True)
-    LINES.append(line)
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.failed: list[str] = []
+
+    def say(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def check(self, name: str, got: torch.Tensor, want: torch.Tensor, tolerance: float) -> None:
+        e = error(got, want)
+        self.verdict(e <= tolerance, name, f"  {name:<48} max error {e:.2e} (at most {tolerance:.0e})")
+
+    def verdict(self, ok: bool, name: str, line: str) -> None:
+        self.say(f"{line}  {'ok' if ok else 'FAILED'}")
+        if not ok:
+            self.failed.append(name)
 
 
 def first_batch(seq_len: int, rows: int) -> dict[str, torch.Tensor]:
@@ -94,14 +107,6 @@ def error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double().cpu() - want.double()).abs().max() / want.double().abs().max())
 
 
-def check(name: str, got: torch.Tensor, want: torch.Tensor, tolerance: float) -> None:
-    e = error(got, want)
-    ok = e <= tolerance
-    say(f"  {name:<48} max error {e:.2e} (at most {tolerance:.0e})  {'ok' if ok else 'FAILED'}")
-    if not ok:
-        FAILED.append(name)
-
-
 def with_grads(fn, q, k, v, weight):
     """``fn``'s output and the gradients of ``(out * weight).sum()`` by q, k and v."""
     q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
@@ -130,11 +135,11 @@ def _dense_flex(q, k, v, *, block_mask):
     return attention.dense_flex_attention(q, k, v, block_mask=block_mask)[0]
 
 
-def flex_part(positions: torch.Tensor, heads: int, dim: int) -> None:
+def flex_part(report: Report, positions: torch.Tensor, heads: int, dim: int) -> None:
     from torch.nn.attention.flex_attention import create_block_mask, create_mask, flex_attention
 
     rows, seq_len = positions.shape
-    say(f"== FlexAttention, float32: {rows} rows x {seq_len} tokens, {heads} heads of {dim}")
+    report.say(f"== FlexAttention, float32: {rows} rows x {seq_len} tokens, {heads} heads of {dim}")
     g = torch.Generator().manual_seed(0)
     q, k, v, weight = (torch.randn(rows, heads, seq_len, dim, generator=g) for _ in range(4))
     docs = documents(positions)
@@ -144,7 +149,7 @@ def flex_part(positions: torch.Tensor, heads: int, dim: int) -> None:
     builders, why = torchtitan_masks()
     masks = {"this script's": document_causal}
     if builders is None:
-        say(f"  TorchTitan's masks: not here ({why})")
+        report.say(f"  TorchTitan's masks: not here ({why})")
     else:
         masks["TorchTitan's"] = builders[0]
     place = "cuda" if torch.cuda.is_available() else "cpu"
@@ -154,30 +159,30 @@ def flex_part(positions: torch.Tensor, heads: int, dim: int) -> None:
     for label, mask_mod in masks.items():
         if label != "this script's":
             same = torch.equal(create_mask(mask_mod(on_place), rows, 1, seq_len, seq_len, device=place), ours)
-            say(f"  {label} mask, dense on {place}: {'the same as' if same else 'NOT the same as'} "
+            report.say(f"  {label} mask, dense on {place}: {'the same as' if same else 'NOT the same as'} "
                 "every document alone, causal")  # fmt: skip
             if not same:
-                FAILED.append(f"{label} flex mask")
+                report.failed.append(f"{label} flex mask")
         cpu_mask = create_block_mask(mask_mod(positions), rows, None, seq_len, seq_len, device="cpu")
         out, grads = with_grads(partial(_dense_flex, block_mask=cpu_mask), q, k, v, weight)
         for name, got, w in zip(("out", "dq", "dk", "dv"), [out, *grads], want, strict=True):
-            check(f"{label} mask, CPU (zephon's kernel) {name}", got, w, TOLERANCE["float32"])
+            report.check(f"{label} mask, CPU (zephon's kernel) {name}", got, w, TOLERANCE["float32"])
         if place == "cpu":
             continue
         gpu_mask = create_block_mask(mask_mod(on_place), rows, None, seq_len, seq_len, device="cuda")
         start = time.perf_counter()
         on_gpu = (x.cuda() for x in (q, k, v))
         out, grads = with_grads(partial(compiled, block_mask=gpu_mask), *on_gpu, weight)
-        say(f"  ({label} mask: compiled and ran in {time.perf_counter() - start:.1f} s)")
+        report.say(f"  ({label} mask: compiled and ran in {time.perf_counter() - start:.1f} s)")
         for name, got, w in zip(("out", "dq", "dk", "dv"), [out, *grads], want, strict=True):
-            check(f"{label} mask, GPU (compiled flex) {name}", got, w, TOLERANCE["float32"])
+            report.check(f"{label} mask, GPU (compiled flex) {name}", got, w, TOLERANCE["float32"])
     if place == "cpu":
-        say("  GPU: none here")
+        report.say("  GPU: none here")
 
 
-def varlen_part(positions: torch.Tensor, heads: int, dim: int) -> None:
+def varlen_part(report: Report, positions: torch.Tensor, heads: int, dim: int) -> None:
     rows, seq_len = positions.shape
-    say(f"== varlen attention, bfloat16: {rows} rows x {seq_len} tokens, {heads} heads of {dim}")
+    report.say(f"== varlen attention, bfloat16: {rows} rows x {seq_len} tokens, {heads} heads of {dim}")
     g = torch.Generator().manual_seed(1)
     q, k, v, weight = (torch.randn(rows * seq_len, heads, dim, generator=g).bfloat16() for _ in range(4))
     docs = documents(positions)
@@ -186,15 +191,15 @@ def varlen_part(positions: torch.Tensor, heads: int, dim: int) -> None:
     longest = max(b - a for a, b in itertools.pairwise(bounds))
     builders, why = torchtitan_masks()
     if builders is None:
-        say(f"  TorchTitan's segments: not here ({why})")
+        report.say(f"  TorchTitan's segments: not here ({why})")
     else:
         meta = builders[1](positions)
         same = torch.equal(meta.cu_seq_q.cpu(), cu_seq) and torch.equal(meta.cu_seq_k.cpu(), cu_seq)
         same = same and meta.max_q == meta.max_k == longest
         verdict = "the same as" if same else "NOT the same as"
-        say(f"  TorchTitan's cu_seqlens: {verdict} every document's bounds")
+        report.say(f"  TorchTitan's cu_seqlens: {verdict} every document's bounds")
         if not same:
-            FAILED.append("TorchTitan's cu_seqlens")
+            report.failed.append("TorchTitan's cu_seqlens")
 
     def as_rows(x):  # [T, N, H] -> [B, N, L, H]
         return x.view(rows, seq_len, heads, dim).transpose(1, 2)
@@ -209,19 +214,19 @@ def varlen_part(positions: torch.Tensor, heads: int, dim: int) -> None:
 
     out, grads = with_grads(cpu, q, k, v, weight)
     for name, got, w in zip(("out", "dq", "dk", "dv"), [out, *grads], want, strict=True):
-        check(f"CPU (zephon's dense kernel) {name}", as_rows(got), w, TOLERANCE["bfloat16"])
+        report.check(f"CPU (zephon's dense kernel) {name}", as_rows(got), w, TOLERANCE["bfloat16"])
 
     if not torch.cuda.is_available():
-        say("  GPU: none here")
+        report.say("  GPU: none here")
         return
     try:
         from torch.nn.attention.varlen import varlen_attn
     except ImportError as e:
-        say(f"  GPU: this torch has no varlen attention ({e})")
+        report.say(f"  GPU: this torch has no varlen attention ({e})")
         return
     params = inspect.signature(varlen_attn).parameters
     causal = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
-    say(f"  varlen_attn{inspect.signature(varlen_attn)}: causal by {causal}")
+    report.say(f"  varlen_attn{inspect.signature(varlen_attn)}: causal by {causal}")
     cu_gpu = cu_seq.cuda()
 
     def gpu(q_, k_, v_):
@@ -229,18 +234,18 @@ def varlen_part(positions: torch.Tensor, heads: int, dim: int) -> None:
 
     out, grads = with_grads(gpu, *(x.cuda() for x in (q, k, v)), weight)
     for name, got, w in zip(("out", "dq", "dk", "dv"), [out, *grads], want, strict=True):
-        check(f"GPU (varlen_attn) {name}", as_rows(got.cpu()), w, TOLERANCE["bfloat16"])
+        report.check(f"GPU (varlen_attn) {name}", as_rows(got.cpu()), w, TOLERANCE["bfloat16"])
 
 
-def torchtitan_part(batch: dict[str, torch.Tensor]) -> None:
+def torchtitan_part(report: Report, batch: dict[str, torch.Tensor]) -> None:
     """TorchTitan's debug model and masks: packed rows against documents alone, GPU against CPU."""
-    say("== TorchTitan's llama3 debug model, its own masks")
+    report.say("== TorchTitan's llama3 debug model, its own masks")
     try:
         attention.install()
         import torchtitan.models.llama3  # noqa: F401
     except Exception as e:  # a torch TorchTitan 0.3.0 cannot run on: said, not fatal
         why = f"{type(e).__name__}: {e}"
-        say(f"  not run: TorchTitan's models do not import with torch {torch.__version__}: {why}")
+        report.say(f"  not run: TorchTitan's models do not import with torch {torch.__version__}: {why}")
         return
     ids, labels, positions = batch["input_ids"], batch["labels"], batch["positions"]
     docs = documents(positions)
@@ -261,25 +266,44 @@ def torchtitan_part(batch: dict[str, torch.Tensor]) -> None:
                         worst = max(worst, float((solo[0] - packed[row, a:b]).abs().max()))
             losses[place] = packed
             scale = float(packed.abs().max())
-            ok = worst <= LOSS_TOLERANCE[backend] * scale
             most = LOSS_TOLERANCE[backend] * scale
-            say(f"  {backend:<6} on {place:<4}: packed rows against documents alone, largest token-loss "
-                f"difference {worst:.2e} (at most {most:.1e})  {'ok' if ok else 'FAILED'}")  # fmt: skip
-            if not ok:
-                FAILED.append(f"{backend} {place} packed vs alone")
+            line = f"  {backend:<6} on {place:<4}: packed rows against documents alone, largest token-loss"
+            report.verdict(worst <= most, f"{backend} {place} packed vs alone",
+                           f"{line} difference {worst:.2e} (at most {most:.1e})")  # fmt: skip
         if "cuda" in losses:
             e = error(losses["cpu"], losses["cuda"])
-            ok = e <= GPU_CPU_LOSS
-            say(f"  {backend:<6}: CPU token losses against the GPU's, max error {e:.2e} "
-                f"(at most {GPU_CPU_LOSS:.0e})  {'ok' if ok else 'FAILED'}")  # fmt: skip
-            if not ok:
-                FAILED.append(f"{backend} CPU vs GPU losses")
+            line = f"  {backend:<6}: CPU token losses against the GPU's, max error {e:.2e}"
+            line += f" (at most {GPU_CPU_LOSS:.0e})"
+            report.verdict(e <= GPU_CPU_LOSS, f"{backend} CPU vs GPU losses", line)
 
 
 def _token_losses(model, ids, labels, positions) -> torch.Tensor:
     logits = model(ids, positions=positions, attention_masks=model.get_attention_masks(positions))
     losses = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="none")
     return losses.view(labels.shape)
+
+
+def check_attention(seq_len: int = 1024, rows: int = 4, heads: int = 8, dim: int = 64) -> Report:
+    """Every part of the check on ``rows`` rows of ``seq_len`` tokens of the debug recipe."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    report = Report()
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    report.say(f"torch {torch.__version__}, {device}")
+    batch = first_batch(seq_len, rows)
+    counts = [len(d) for d in documents(batch["positions"])]
+    report.say(f"rows of the debug recipe: {rows} x {seq_len} tokens, documents a row {counts}")
+    positions = batch["positions"]
+    for part, args in ((flex_part, (positions, heads, dim)), (varlen_part, (positions, heads, dim)),
+                       (torchtitan_part, (batch,))):  # fmt: skip
+        try:
+            part(report, *args)
+        except Exception:  # one part's crash is its failure, the others still run
+            report.say(traceback.format_exc().rstrip())
+            report.failed.append(f"{part.__name__} crashed")
+    failed = report.failed
+    report.say(f"GPU attention check {'FAILED: ' + ', '.join(failed) if failed else 'passed'}")
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,25 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seq_len < 2 or args.rows < 1 or args.heads < 1 or args.dim < 1:
         parser.error("--seq-len at least 2, --rows, --heads and --dim at least 1")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    say(f"torch {torch.__version__}, {device}")
-    batch = first_batch(args.seq_len, args.rows)
-    counts = [len(d) for d in documents(batch["positions"])]
-    say(f"rows of the debug recipe: {args.rows} x {args.seq_len} tokens, documents a row {counts}")
-    for part in (lambda: flex_part(batch["positions"], args.heads, args.dim),
-                 lambda: varlen_part(batch["positions"], args.heads, args.dim),
-                 lambda: torchtitan_part(batch)):  # fmt: skip
-        try:
-            part()
-        except Exception:  # one part's crash is its failure, the others still run
-            say(traceback.format_exc().rstrip())
-            FAILED.append("a part crashed")
-    say(f"GPU attention check {'FAILED: ' + ', '.join(FAILED) if FAILED else 'passed'}")
+    report = check_attention(args.seq_len, args.rows, args.heads, args.dim)
     if args.out:
-        Path(args.out).write_text("\n".join(LINES) + "\n")
-    return 1 if FAILED else 0
+        Path(args.out).write_text("\n".join(report.lines) + "\n")
+    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":

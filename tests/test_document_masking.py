@@ -149,20 +149,12 @@ def test_the_cpu_varlen_kernel_attends_within_each_segment_and_window(group, mon
         assert torch.allclose(got, torch.cat(want), atol=1e-6), window
 
 
-def test_the_gpu_attention_check_passes_on_cpu_and_fails_on_a_mask_that_crosses_documents(
-    tmp_path, monkeypatch
-):
+def test_the_gpu_attention_check_passes_on_cpu_and_fails_on_a_mask_crossing_documents(tmp_path, monkeypatch):
     import gpu_attention  # scripts/: the check run on a lent GPU machine (its CPU parts here)
 
-    monkeypatch.setattr(gpu_attention, "LINES", [])
-    monkeypatch.setattr(gpu_attention, "FAILED", [])
     out = tmp_path / "report.txt"
-    assert (
-        gpu_attention.main(
-            ["--seq-len", "128", "--rows", "2", "--heads", "2", "--dim", "8", "--out", str(out)]
-        )
-        == 0
-    )
+    small = ["--seq-len", "128", "--rows", "2", "--heads", "2", "--dim", "8"]
+    assert gpu_attention.main([*small, "--out", str(out)]) == 0
     report = out.read_text()
     assert "TorchTitan's mask, dense on cpu: the same as every document alone" in report
     assert "TorchTitan's cu_seqlens: the same as every document's bounds" in report
@@ -173,8 +165,6 @@ def test_the_gpu_attention_check_passes_on_cpu_and_fails_on_a_mask_that_crosses_
         return lambda b, h, q, kv: q >= kv
 
     monkeypatch.setattr(gpu_attention, "document_causal", causal_only)
-    monkeypatch.setattr(gpu_attention, "LINES", [])
-    monkeypatch.setattr(gpu_attention, "FAILED", [])
-    assert gpu_attention.main(["--seq-len", "128", "--rows", "2", "--heads", "2", "--dim", "8"]) == 1
-    assert "TorchTitan's flex mask" in gpu_attention.FAILED
-    assert any("this script's mask, CPU (zephon's kernel) out" in f for f in gpu_attention.FAILED)
+    failed = gpu_attention.check_attention(seq_len=128, rows=2, heads=2, dim=8).failed
+    assert "TorchTitan's flex mask" in failed
+    assert "this script's mask, CPU (zephon's kernel) out" in failed
