@@ -154,10 +154,27 @@ def test_the_device_check_runs_every_stage_and_says_what_each_gave_without_a_gpu
     assert run.returncode == 0, run.stderr
     summary = (out / "summary.txt").read_text()
     assert "gpu_smoke.sh: exit 1" in summary and "no GPU here" in summary, summary  # refused, and said so
+    assert "gpu_attention.py: exit 0" in summary and "GPU attention check passed" in summary, summary
+    assert "TorchTitan's mask, dense on cpu: the same as every document alone" in summary
+    assert "GPU attention check passed" in (out / "gpu_attention.txt").read_text()
     assert "core_scaling.py: exit 0" in summary and "| inline | 1 |" in summary, summary
     assert "| process | 1 |" in summary
     assert [p.suffix for p in sorted(out.glob("core_scaling_*"))] == [".md", ".png"]
     assert (out / "logs.tgz").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_the_device_check_runs_only_the_stages_asked_for(tmp_path):
+    import subprocess
+
+    out = tmp_path / "out"
+    env = dict(os.environ, WORK=str(tmp_path / "work"), OUT=str(out), STAGES="smoke")
+    run = subprocess.run(["bash", os.path.join(ROOT, "scripts", "device_check.sh")], env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    summary = (out / "summary.txt").read_text()
+    assert "== 1. GPU smoke test" in summary and "== 2." not in summary and "== 3." not in summary, summary
+    assert not list(out.glob("core_scaling_*")) and not (out / "gpu_attention.txt").exists()
 
 
 def test_the_profile_keeps_the_cpu_of_a_worker_process_that_ended_before_the_last_reading():
