@@ -190,11 +190,25 @@ _MODEL_PACKAGES = ("torchtitan.models", "torchtitan.experiments", "torchtitan.ex
 def _import_failure(module: str) -> str:
     """Why a model module that exists does not import, as text to append to TorchTitan's message
     (which drops it: a torch older than TorchTitan needs, a missing package); "" where no such
-    module exists. Found without importing TorchTitan's other packages (some set variables)."""
+    module exists."""
     import importlib
-    import importlib.util
 
-    import torch
+    for name in _model_modules(module):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:  # its package is there, this module is not: not the cause
+                continue
+            return f". {name} is there but does not import: {type(e).__name__}: {e}"
+        except Exception as e:  # the module is there and fails as it imports: the cause
+            return f". {name} is there but does not import: {type(e).__name__}: {e}{_torch_hint(e)}"
+    return ""
+
+
+def _model_modules(module: str) -> list[str]:
+    """The modules TorchTitan's ConfigManager would import for ``module`` that are there: found
+    by their files, without importing TorchTitan's other packages (some set variables)."""
+    import importlib.util
 
     root = os.path.dirname(importlib.util.find_spec("torchtitan").origin)
     names = []
@@ -202,25 +216,25 @@ def _import_failure(module: str) -> str:
         path = os.path.join(root, *package.split(".")[1:], *module.split("."))
         if os.path.isdir(path) or os.path.isfile(path + ".py"):
             names.append(f"{package}.{module}.config_registry")
-    if not names:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        except Exception:  # a package above it is there and fails as it imports
-            found = True
-        if found:
-            names.append(module)
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # the module is there and fails as it imports: the cause
-            why = f"{type(e).__name__}: {e}"
-            torch_too_old = not torch.__version__.startswith("2.13")
-            if torch_too_old and isinstance(e, ImportError) and (e.name or "").split(".")[0] == "torch":
-                why += f" (this is torch {torch.__version__}; TorchTitan 0.3.0 needs torch 2.13.0)"
-            return f". {name} is there but does not import: {why}"
-    return ""
+    if names:
+        return names
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        found = False
+    except Exception:  # a package above it is there and fails as it imports
+        found = True
+    return [module] if found else []
+
+
+def _torch_hint(error: Exception) -> str:
+    """Where a name torch lacks is the cause and torch is not the one TorchTitan 0.3.0 needs."""
+    import torch
+
+    from_torch = isinstance(error, ImportError) and (error.name or "").split(".")[0] == "torch"
+    if not from_torch or torch.__version__.startswith("2.13"):
+        return ""
+    return f" (this is torch {torch.__version__}; TorchTitan 0.3.0 needs torch 2.13.0)"
 
 
 def _torchtitan_version() -> str:
