@@ -147,8 +147,9 @@ def test_the_core_scaling_benchmark_projects_from_the_figures_profile_md_holds(t
 def test_the_device_check_runs_every_stage_and_says_what_each_gave_without_a_gpu(tmp_path):
     import subprocess
 
-    out, env = tmp_path / "out", dict(os.environ, WORK=str(tmp_path / "work"), SCALING_TOKENS="300000")
-    env["OUT"] = str(out)
+    out = tmp_path / "out"
+    small = {"SCALING_TOKENS": "300000", "SCALING_REPS": "1"}
+    env = dict(os.environ, WORK=str(tmp_path / "work"), OUT=str(out), **small)
     run = subprocess.run(["bash", os.path.join(ROOT, "scripts", "device_check.sh")], env=env,
                          capture_output=True, text=True, timeout=280)  # fmt: skip
     assert run.returncode == 0, run.stderr
