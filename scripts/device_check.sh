@@ -81,6 +81,9 @@ for name in ("torchtitan", "zephon", "fastokens", "tokenizers", "msgspec", "data
 PY
 
 STAGES=" ${STAGES:-smoke attention scaling} "
+for stage in $STAGES; do  # a name it does not know would run nothing, unseen
+  case $stage in smoke | attention | scaling) ;; *) say "STAGES: '$stage' is not a stage (smoke, attention, scaling: space-separated)" ;; esac
+done
 if [[ $STAGES == *" smoke "* ]]; then
 say "== 1. GPU smoke test (scripts/gpu_smoke.sh)"
 START=$(date +%s)

@@ -17,9 +17,9 @@ if [ "$GPUS" = 0 ] && [ "${ALLOW_CPU:-0}" != 1 ]; then
   echo "no GPU here (ALLOW_CPU=1 runs it on CPU)" >&2
   exit 1
 fi
-# TorchTitan 0.3.0 needs torch 2.13 (torch.distributed.fsdp.DataParallelMeshDims, ...): say so at once
+# TorchTitan that cannot import (0.3.0 needs torch 2.13: torch.distributed.fsdp.DataParallelMeshDims): say so at once
 if ! WHY=$(python -c "import torchtitan.train" 2>&1); then
-  echo "TorchTitan cannot be imported with this torch ($(python -c 'import torch; print(torch.__version__)')):" >&2
+  echo "TorchTitan cannot be imported here (torch $(python -c 'import torch; print(torch.__version__)')); the cause:" >&2
   echo "$WHY" | tail -3 >&2
   exit 2
 fi

@@ -169,10 +169,17 @@ def test_the_device_check_runs_only_the_stages_asked_for(tmp_path):
     import subprocess
 
     out = tmp_path / "out"
-    env = dict(os.environ, WORK=str(tmp_path / "work"), OUT=str(out), STAGES="smoke")
+    env = dict(os.environ, WORK=str(tmp_path / "work"), OUT=str(out), STAGES="smoke,attention")
     run = subprocess.run(["bash", os.path.join(ROOT, "scripts", "device_check.sh")], env=env,
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert run.returncode == 0, run.stderr
+    summary = (out / "summary.txt").read_text()
+    assert "STAGES: 'smoke,attention' is not a stage" in summary, summary  # commas: said, nothing run
+    assert "== 1." not in summary and "== 2." not in summary and "== 3." not in summary, summary
+    env["STAGES"] = "smoke"
+    out.joinpath("summary.txt").unlink()
+    run = subprocess.run(["bash", os.path.join(ROOT, "scripts", "device_check.sh")], env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
     summary = (out / "summary.txt").read_text()
     assert "== 1. GPU smoke test" in summary and "== 2." not in summary and "== 3." not in summary, summary
     assert not list(out.glob("core_scaling_*")) and not (out / "gpu_attention.txt").exists()

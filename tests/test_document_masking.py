@@ -152,19 +152,46 @@ def test_the_cpu_varlen_kernel_attends_within_each_segment_and_window(group, mon
 def test_the_gpu_attention_check_passes_on_cpu_and_fails_on_a_mask_crossing_documents(tmp_path, monkeypatch):
     import gpu_attention  # scripts/: the check run on a lent GPU machine (its CPU parts here)
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the CPU parts, wherever it runs
     out = tmp_path / "report.txt"
     small = ["--seq-len", "128", "--rows", "2", "--heads", "2", "--dim", "8"]
     assert gpu_attention.main([*small, "--out", str(out)]) == 0
     report = out.read_text()
     assert "TorchTitan's mask, dense on cpu: the same as every document alone" in report
     assert "TorchTitan's cu_seqlens: the same as every document's bounds" in report
-    # here: flex 4 + 4 (two masks, on CPU), varlen 4, the debug model 2; a GPU adds 12
-    assert report.count(" ok\n") == 14 and "GPU attention check passed" in report
+    # on CPU: flex 4 + 4 (two masks), varlen 4, the debug model 2 (a GPU adds 16)
+    assert report.count(" ok\n") == 14 and report.endswith("GPU attention check passed\n")
 
     def causal_only(positions):  # what CPU runs did before document masking
         return lambda b, h, q, kv: q >= kv
 
     monkeypatch.setattr(gpu_attention, "document_causal", causal_only)
     failed = gpu_attention.check_attention(seq_len=128, rows=2, heads=2, dim=8).failed
-    assert "TorchTitan's flex mask" in failed
-    assert "this script's mask, CPU (zephon's kernel) out" in failed
+    assert "this script's flex mask" in failed and "this script's mask, CPU (zephon's kernel) out" in failed
+    assert "TorchTitan's flex mask" not in failed, "TorchTitan's mask is checked on its own"
+
+
+def test_the_gpu_attention_check_fails_a_varlen_kernel_that_attends_across_documents(monkeypatch):
+    import gpu_attention
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    dense = attention.dense_varlen_attention
+
+    def whole_rows(q, k, v, cu_q, cu_k, max_q, max_k):  # each row one segment: documents see each other
+        rows = torch.arange(0, len(q) + 1, 128, dtype=torch.int32)
+        return dense(q, k, v, rows, rows, 128, 128)
+
+    monkeypatch.setattr(gpu_attention.attention, "dense_varlen_attention", whole_rows)
+    failed = gpu_attention.check_attention(seq_len=128, rows=2, heads=2, dim=8).failed
+    assert "CPU (zephon's dense kernel) out" in failed and "CPU (zephon's dense kernel) dq" in failed
+
+
+def test_the_gpu_attention_check_fails_where_torchtitans_masks_should_be_there_and_are_not(monkeypatch):
+    import gpu_attention
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(gpu_attention, "torchtitan_masks", lambda: (None, "ImportError: (simulated)"))
+    report = gpu_attention.check_attention(seq_len=128, rows=2, heads=2, dim=8)
+    assert torch.__version__.startswith("2.13"), "the torch TorchTitan 0.3.0 is made for"
+    assert report.failed == ["TorchTitan's flex mask not run", "TorchTitan's cu_seqlens not run"]
+    assert "  not run: TorchTitan's flex mask: ImportError: (simulated)" in report.lines

@@ -190,7 +190,8 @@ _MODEL_PACKAGES = ("torchtitan.models", "torchtitan.experiments", "torchtitan.ex
 def _import_failure(module: str) -> str:
     """Why a model module that exists does not import, as text to append to TorchTitan's message
     (which drops it: a torch older than TorchTitan needs, a missing package); "" where no such
-    module exists."""
+    module exists, or where the first one there imports (the failure is elsewhere). On the error
+    path only: a module that failed for TorchTitan is imported again here."""
     import importlib
 
     for name in _model_modules(module):
@@ -199,9 +200,10 @@ def _import_failure(module: str) -> str:
         except ModuleNotFoundError as e:
             if e.name == name:  # its package is there, this module is not: not the cause
                 continue
-            return f". {name} is there but does not import: {type(e).__name__}: {e}"
+            return f". {name} is there but does not import: {type(e).__name__}: {e}{_torch_hint(e)}"
         except Exception as e:  # the module is there and fails as it imports: the cause
             return f". {name} is there but does not import: {type(e).__name__}: {e}{_torch_hint(e)}"
+        return ""  # as TorchTitan, the first that imports is the one
     return ""
 
 
