@@ -57,6 +57,19 @@ class Report:
         e = error(got, want)
         self.verdict(e <= tolerance, name, f"  {name:<48} max error {e:.2e} (at most {tolerance:.0e})")
 
+    def check_each(
+        self, label: str, got: list[torch.Tensor], want: list[torch.Tensor], tolerance: float
+    ) -> None:
+        """``check`` of the output and the gradients of q, k and v, named ``label`` and which."""
+        for which, g, w in zip(("out", "dq", "dk", "dv"), got, want, strict=True):
+            self.check(f"{label} {which}", g, w, tolerance)
+
+    def same(self, same: bool, name: str, subject: str, reference: str) -> None:
+        """Whether ``subject`` equals ``reference``, said; a failure named ``name`` where not."""
+        self.say(f"  {subject}: {'the same as' if same else 'NOT the same as'} {reference}")
+        if not same:
+            self.failed.append(name)
+
     def skip(self, name: str, why: str) -> None:
         """A part that cannot run here: said, and named in the verdict; a failure where TorchTitan
         should import (the torch it is made for)."""
@@ -182,14 +195,12 @@ def flex_part(report: Report, positions: torch.Tensor, heads: int, dim: int) -> 
         same = torch.equal(
             create_mask(mask_mod(on_place), rows, 1, seq_len, seq_len, device=place), reference
         )
-        report.say(f"  {label} mask, dense on {place}: {'the same as' if same else 'NOT the same as'} "
-            "every document alone, causal")  # fmt: skip
-        if not same:
-            report.failed.append(f"{label} flex mask")
+        report.same(
+            same, f"{label} flex mask", f"{label} mask, dense on {place}", "every document alone, causal"
+        )
         cpu_mask = create_block_mask(mask_mod(positions), rows, None, seq_len, seq_len, device="cpu")
         out, grads = with_grads(partial(_dense_flex, block_mask=cpu_mask), q, k, v, weight)
-        for name, got, w in zip(("out", "dq", "dk", "dv"), [out, *grads], want, strict=True):
-            report.check(f"{label} mask, CPU (zephon's kernel) {name}", got, w, TOLERANCE["float32"])
+        report.check_each(f"{label} mask, CPU (zephon's kernel)", [out, *grads], want, TOLERANCE["float32"])
         if place == "cpu":
             continue
         gpu_mask = create_block_mask(mask_mod(on_place), rows, None, seq_len, seq_len, device="cuda")
@@ -197,8 +208,7 @@ def flex_part(report: Report, positions: torch.Tensor, heads: int, dim: int) -> 
         on_gpu = (x.cuda() for x in (q, k, v))
         out, grads = with_grads(partial(compiled, block_mask=gpu_mask), *on_gpu, weight)
         report.say(f"  ({label} mask: compiled and ran in {time.perf_counter() - start:.1f} s)")
-        for name, got, w in zip(("out", "dq", "dk", "dv"), [out, *grads], want, strict=True):
-            report.check(f"{label} mask, GPU (compiled flex) {name}", got, w, TOLERANCE["float32"])
+        report.check_each(f"{label} mask, GPU (compiled flex)", [out, *grads], want, TOLERANCE["float32"])
     if place == "cpu":
         report.say("  GPU: none here")
 
@@ -219,10 +229,7 @@ def varlen_part(report: Report, positions: torch.Tensor, heads: int, dim: int) -
         meta = builders[1](positions)
         same = torch.equal(meta.cu_seq_q.cpu(), cu_seq) and torch.equal(meta.cu_seq_k.cpu(), cu_seq)
         same = same and meta.max_q == meta.max_k == longest
-        verdict = "the same as" if same else "NOT the same as"
-        report.say(f"  TorchTitan's cu_seqlens: {verdict} every document's bounds")
-        if not same:
-            report.failed.append("TorchTitan's cu_seqlens")
+        report.same(same, "TorchTitan's cu_seqlens", "TorchTitan's cu_seqlens", "every document's bounds")
 
     def as_rows(x):  # [T, N, H] -> [B, N, L, H]
         return x.view(rows, seq_len, heads, dim).transpose(1, 2)
@@ -236,8 +243,9 @@ def varlen_part(report: Report, positions: torch.Tensor, heads: int, dim: int) -
         return attention.dense_varlen_attention(q_, k_, v_, cu_seq, cu_seq, longest, longest)
 
     out, grads = with_grads(cpu, q, k, v, weight)
-    for name, got, w in zip(("out", "dq", "dk", "dv"), [out, *grads], want, strict=True):
-        report.check(f"CPU (zephon's dense kernel) {name}", as_rows(got), w, TOLERANCE["bfloat16"])
+    report.check_each(
+        "CPU (zephon's dense kernel)", [as_rows(x) for x in (out, *grads)], want, TOLERANCE["bfloat16"]
+    )
 
     if not torch.cuda.is_available():
         report.say("  GPU: none here")
@@ -256,8 +264,9 @@ def varlen_part(report: Report, positions: torch.Tensor, heads: int, dim: int) -
         return varlen_attn(q_, k_, v_, cu_gpu, cu_gpu, longest, longest, **causal)
 
     out, grads = with_grads(gpu, *(x.cuda() for x in (q, k, v)), weight)
-    for name, got, w in zip(("out", "dq", "dk", "dv"), [out, *grads], want, strict=True):
-        report.check(f"GPU (varlen_attn) {name}", as_rows(got.cpu()), w, TOLERANCE["bfloat16"])
+    report.check_each(
+        "GPU (varlen_attn)", [as_rows(x.cpu()) for x in (out, *grads)], want, TOLERANCE["bfloat16"]
+    )
 
 
 def torchtitan_part(report: Report, batch: dict[str, torch.Tensor]) -> None:

@@ -197,11 +197,9 @@ def _import_failure(module: str) -> str:
     for name in _model_modules(module):
         try:
             importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:  # its package is there, this module is not: not the cause
-                continue
-            return f". {name} is there but does not import: {type(e).__name__}: {e}{_torch_hint(e)}"
         except Exception as e:  # the module is there and fails as it imports: the cause
+            if isinstance(e, ModuleNotFoundError) and e.name == name:  # its package is, it is not
+                continue
             return f". {name} is there but does not import: {type(e).__name__}: {e}{_torch_hint(e)}"
         return ""  # as TorchTitan, the first that imports is the one
     return ""
