@@ -9,12 +9,12 @@ import warnings
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from support.exif import STORED, jpeg, quadrants
 from support.photos import photo_pipelines
 
 from zephon.ops import decoders
-from zephon.ops.images import Images, png_metadata
+from zephon.ops.images import Images, decode, png_header, png_metadata
 from zephon.testing.images import photos
 
 
@@ -30,6 +30,9 @@ DECODERS = [
     pytest.param(n, marks=pytest.mark.skipif(not installed(n), reason=f"{n} is not installed"))
     for n in decoders.DECODERS
 ]
+
+
+EXACT = ("spng", "imagecodecs")  # libspng: Pillow's very pixels wherever it decodes
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +58,7 @@ def test_every_decoder_gives_pillows_pixels_on_the_photographs(samples, decoder,
         got, want = op.patches(data), reference.patches(data)
         assert got.grid.tolist() == want.grid.tolist(), key
         assert within_tolerance(got.pixels, want.pixels), key
-        if decoder == "spng":  # exactly Pillow's pixels, where it decodes
+        if decoder in EXACT:  # exactly Pillow's pixels, where it decodes
             assert np.array_equal(got.pixels, want.pixels), key
 
 
@@ -246,7 +249,15 @@ def png_kinds() -> dict[str, bytes]:
     kinds["gamma"] = _with_chunk(kinds["rgb"], b"gAMA", (100_000).to_bytes(4, "big"))
     kinds["rgb with transparency"] = _with_chunk(kinds["rgb"], b"tRNS", bytes([0, 1, 0, 2, 0, 3]))
     kinds["significant bits"] = _with_chunk(kinds["grey"], b"sBIT", bytes([5]))
+    kinds["grey with transparency"] = _with_chunk(kinds["grey"], b"tRNS", bytes([0, 7]))
     return kinds
+
+
+# what each libspng decoder must decode itself (the rest it may leave to Pillow)
+MUST = {
+    "spng": lambda kind, mode: mode in decoders.FORMATS["spng"]["PNG"],
+    "imagecodecs": lambda kind, mode: not kind.startswith(("16-bit", "grey with")),
+}
 
 
 @pytest.mark.parametrize("decoder", [d for d in DECODERS if "PNG" in decoders.FORMATS.get(d.values[0], {})])
@@ -260,7 +271,7 @@ def test_png_decoders_give_pillows_very_pixels_in_every_mode_they_read(decoder):
         mode = image.mode
         want = np.asarray(image.convert("L" if mode == "L" else "RGB"))
         got = decoders.array(library, data, "PNG", mode, 1)
-        if mode in claimed and decoder == "spng":
+        if decoder in MUST and mode in claimed and MUST[decoder](kind, mode):
             assert got is not None, f"{kind}: {decoder} claims mode {mode} but did not decode it"
         if got is not None:
             assert got.shape == want.shape and np.array_equal(got, want), kind
@@ -310,8 +321,56 @@ def test_thread_workers_are_told_once_when_their_decoder_holds_the_gil(tmp_path,
 
     [message] = said("thread", 2, "spng")
     assert "images(decoder='spng')" in message and "runner='process'" in message
-    assert "decoder='opencv'" in message and "2 thread workers" in message
+    assert "'opencv'" in message and "2 thread workers" in message
     assert said("thread", 2, "spng") == [], "said once a process, not at every run"
     monkeypatch.setattr(thread, "_SAID", set())
+    assert "decoder='imagecodecs'" in message
     assert said("thread", 1, "spng") == [] and said("thread", 2, "opencv") == []
+    assert said("thread", 2, "imagecodecs") == []
     assert said("process", 2, "spng") == []
+
+
+def test_the_png_header_read_without_pillow_is_what_pillow_opens():
+    """``png_header`` answers, for the PNGs a decoder takes without Pillow, Pillow's own mode and
+    size, and leaves to Pillow all else: other bit depths and colour types, a chunk that can turn
+    the image, a chunk before the pixels that Pillow refuses (its CRC wrong), an unknown
+    compression method, no end."""
+    answered = set()
+    for kind, data in png_kinds().items():
+        header = png_header(data)
+        if header is not None:
+            image = Image.open(io.BytesIO(data))
+            assert header == (image.mode, *image.size), kind
+            answered.add(kind)
+    assert answered == {
+        "grey", "rgb", "rgba", "palette", "palette with transparency", "gamma", "rgb with transparency",
+        "significant bits", "grey with transparency",
+    }  # fmt: skip
+    plain = png_kinds()["rgb"]
+    assert png_header(_with_chunk(plain, b"tEXt", b"Comment\0hi")) is None
+    bad_crc = _with_chunk(plain, b"gAMA", (100_000).to_bytes(4, "big"))
+    bad_crc = bad_crc[:45] + bytes([bad_crc[45] ^ 1]) + bad_crc[46:]  # gAMA's CRC, one bit off
+    with pytest.raises(UnidentifiedImageError):  # Pillow's "broken PNG file", on opening
+        Image.open(io.BytesIO(bad_crc))
+    assert png_header(bad_crc) is None
+    assert png_header(plain[:26] + b"\x01" + plain[27:]) is None  # compression method 1
+    assert png_header(plain[:-12]) is None  # no IEND
+    assert png_header(b"GIF89a") is None
+
+
+@pytest.mark.parametrize("decoder", [d for d in DECODERS if d.values[0] != "pillow"])
+def test_a_png_taken_without_pillow_decodes_as_through_pillow(decoder, monkeypatch):
+    """The same pixels whether the PNG's header is read without Pillow or by Pillow's opening,
+    and a chunk before the pixels that Pillow refuses is refused with every decoder."""
+    kinds = png_kinds()
+    direct = {kind: decode(data, "image", 32, decoder) for kind, data in kinds.items()}
+    monkeypatch.setattr("zephon.ops.images.png_header", lambda data: None)
+    for kind, data in kinds.items():
+        through_pillow = decode(data, "image", 32, decoder)
+        as_array = [np.asarray(x) for x in (direct[kind], through_pillow)]
+        assert as_array[0].shape == as_array[1].shape and np.array_equal(*as_array), kind
+    monkeypatch.undo()
+    bad_crc = _with_chunk(kinds["rgb"], b"gAMA", (100_000).to_bytes(4, "big"))
+    bad_crc = bad_crc[:45] + bytes([bad_crc[45] ^ 1]) + bad_crc[46:]
+    with pytest.raises(ValueError, match=r"images\(field='image'\): cannot decode the image"):
+        Images(size=32, patch=16, decoder=decoder).patches(bad_crc)

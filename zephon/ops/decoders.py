@@ -16,6 +16,10 @@ raises the same error with every decoder.
 - ``spng`` (``pip install pyspng``, libspng): PNG that is not interlaced, in every mode Pillow
   turns into grey or RGB as the images step does (1-, 2-, 4-, 8- and 16-bit channels, palettes,
   alpha dropped); not 16-bit grey, which Pillow clips otherwise. JPEG and the rest: Pillow.
+- ``imagecodecs`` (``pip install imagecodecs``): libspng again, through imagecodecs, which lets
+  go of the GIL while it decodes (pyspng holds it): PNG that is not interlaced, grey of 2 to 8
+  bits, palettes, 8-bit RGB and RGBA; the rest (1-bit, grey with alpha or a transparent grey,
+  16-bit) Pillow. JPEG: Pillow.
 
 Measured on the benchmark's photographs (``benchmarks/vlm.py``, its decoder table): each gives
 Pillow's very pixels (JPEG at every draft scale, PNG grey, RGB and RGBA). On JPEG none gains much:
@@ -39,16 +43,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DECODERS = ("pillow", "opencv", "simplejpeg", "turbojpeg", "spng")
+DECODERS = ("pillow", "opencv", "simplejpeg", "turbojpeg", "spng", "imagecodecs")
 DEFAULT = "pillow"
 PIP = {"opencv": "opencv-python-headless", "simplejpeg": "simplejpeg", "turbojpeg": "PyTurboJPEG",
-       "spng": "pyspng"}  # fmt: skip
+       "spng": "pyspng", "imagecodecs": "imagecodecs"}  # fmt: skip
 # the formats and Pillow modes (as Image.open reports them) each library decodes to Pillow's pixels
 FORMATS = {
     "opencv": {"JPEG": ("L", "RGB"), "PNG": ("L", "RGB", "RGBA")},
     "simplejpeg": {"JPEG": ("L", "RGB")},
     "turbojpeg": {"JPEG": ("L", "RGB")},
     "spng": {"PNG": ("1", "L", "LA", "P", "RGB", "RGBA")},  # all but L become RGB, as Pillow converts them
+    "imagecodecs": {"PNG": ("L", "P", "RGB", "RGBA")},  # 16-bit RGB(A) too, refused by its dtype below
 }
 # the decoders that hold the GIL while they decode (thread workers take turns at them)
 HOLDS_GIL = ("spng",)  # pyspng 0.1.4 (measured: a spinning thread beside it got half its speed)
@@ -150,6 +155,18 @@ def _spng() -> Library:
         return pyspng.load(bytes(data), "L" if mode == "L" else "RGBA" if rgbx else "RGB")
 
     return Library("spng", importlib.metadata.version("pyspng"), decode)
+
+
+def _imagecodecs() -> Library:
+    import imagecodecs
+
+    def decode(data, fmt, mode, scale, rgbx):
+        if bytes(data[12:16]) != b"IHDR" or data[28] != 0:
+            return None  # interlaced (Adam7): Pillow's
+        pixels = imagecodecs.spng_decode(data)  # as stored: grey, RGB, or RGBA (palettes expanded)
+        return pixels[:, :, :3] if pixels.ndim == 3 and pixels.shape[2] == 4 and not rgbx else pixels
+
+    return Library("imagecodecs", f"{imagecodecs.__version__} (libspng {imagecodecs.spng_version()})", decode)
 
 
 def array(library: Library, data, fmt: str, mode: str, scale: int, rgbx: bool = False) -> np.ndarray | None:
