@@ -27,11 +27,15 @@ Pillow already decodes it with libjpeg-turbo and its DCT scaling. libspng decode
 photographs in two thirds of Pillow's time (2.6 against 3.3-3.9 ms an image), OpenCV a little
 faster than Pillow; with ``resizer="torch"`` their pixels go to the resize without a Pillow image,
 so the whole step takes 3.6-3.7 ms an image with libspng, 3.7-3.9 with OpenCV, 4.1-4.6 with
-Pillow (two runs of the table). libspng
-holds the GIL while it decodes (pyspng 0.1.4), so several thread workers take turns with it: there
-OpenCV, which lets go of it, is the faster (two thread workers, torch resizing: 53-61k image-text
-tokens/s against 46-48k; two process workers: libspng 63-66k, OpenCV 59-63k). The default stays
-Pillow, which needs nothing more, and whose recipes (and checkpoints) name no decoder.
+Pillow (two runs of the table). pyspng
+holds the GIL while it decodes, so several thread workers take turns with it; imagecodecs' libspng
+(3.5 ms an image through the step with torch resizing, as pyspng) lets go of it, and so does
+OpenCV. Figure 3 (``benchmarks/results/vlm.md``), two thread workers, torch resizing, 2M tokens:
+89.8-92.3k image-text tokens/s with imagecodecs, 1.35x Grain's fastest layout (pyspng: 57.8k in
+the run before); side by side, three interleaved runs, 89.4-93.9k against OpenCV's 87.5-88.1k.
+Two process workers: 86.9k with imagecodecs, 86.3k with pyspng in the run before.
+The default stays Pillow, which needs nothing more, and whose recipes (and checkpoints) name no
+decoder.
 ``TOLERANCE`` is what the tests allow (two levels of 255 at a pixel, 0.05 on average over an
 image: the rounding of another IDCT or colour conversion, as a libjpeg-turbo build may differ).
 """
@@ -166,7 +170,7 @@ def _imagecodecs() -> Library:
         pixels = imagecodecs.spng_decode(data)  # as stored: grey, RGB, or RGBA (palettes expanded)
         return pixels[:, :, :3] if pixels.ndim == 3 and pixels.shape[2] == 4 and not rgbx else pixels
 
-    return Library("imagecodecs", f"{imagecodecs.__version__} (libspng {imagecodecs.spng_version()})", decode)
+    return Library("imagecodecs", f"{imagecodecs.__version__} ({imagecodecs.spng_version()})", decode)
 
 
 def array(library: Library, data, fmt: str, mode: str, scale: int, rgbx: bool = False) -> np.ndarray | None:
