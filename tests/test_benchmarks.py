@@ -49,7 +49,15 @@ def test_the_batch_digests_script_finds_a_change_in_the_data(tmp_path):
 
 @pytest.mark.parametrize(
     "script",
-    ["throughput.py", "time_profile.py", "mixer.py", "lane_cost.py", "core_sharing.py", "core_scaling.py"],
+    [
+        "throughput.py",
+        "time_profile.py",
+        "mixer.py",
+        "lane_cost.py",
+        "core_sharing.py",
+        "core_scaling.py",
+        "chunk_cost.py",
+    ],
 )
 def test_a_benchmark_refuses_fewer_than_one_copy_and_says_what_to_give(script):
     import subprocess
@@ -265,3 +273,27 @@ def test_a_measurement_in_a_fresh_process_gives_its_last_json_line_or_none_with_
     assert "the failing one: failed (1)" in said and "the reason it failed" in said
     assert in_fresh_process(str(script), ["hangs"], "the slow one", timeout=2) is None
     assert "the slow one: timed out after 2 s" in capsys.readouterr().out
+
+
+def test_the_chunk_cost_benchmark_times_every_part_where_it_runs_and_bounds_a_lane_by_the_native_ones():
+    """Each part it names is found and timed in a real run (a renamed function would leave its
+    part at nothing), and the floor is the inverse of the native parts' sum."""
+    import json
+    import subprocess
+    import sys
+    from argparse import Namespace
+
+    from benchmarks import chunk_cost
+
+    code = "import json, benchmarks.chunk_cost as c; print(json.dumps(c.measure(400_000, 1, 1)))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    [measured] = json.loads(run.stdout.strip().splitlines()[-1])
+    for label, *_ in chunk_cost.PARTS:
+        assert measured.get(label, 0) > 0, f"{label.strip()}: not timed"
+    assert measured[chunk_cost.PARTS[0][0]] < measured["wall"]
+    runs = [{label: 0.001 for label, *_ in chunk_cost.PARTS} | {"wall": 0.05}]
+    lines = chunk_cost.report(runs, Namespace(tokens=1, reps=1, copies=1))
+    natives = sum(1 for *_, native in chunk_cost.PARTS if native)
+    assert lines[-1].startswith(f"The native parts alone: {natives:.2f} ms per M tokens")
+    assert f"at most {1000 / natives:.1f}M tokens/s" in lines[-1] and "it ran at 20.00M" in lines[-1]

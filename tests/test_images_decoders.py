@@ -5,6 +5,7 @@ part of the recipe, and a missing library is named with what to pip install."""
 from __future__ import annotations
 
 import io
+import re
 import warnings
 
 import numpy as np
@@ -241,6 +242,9 @@ def png_kinds() -> dict[str, bytes]:
         ].tobytes(),
         "16-bit grey": cv2.imencode(".png", grey.astype(np.uint16) * 257 + 3)[1].tobytes(),
     }
+    for bits in (1, 2, 4):
+        small = rgb.convert("P", palette=Image.Palette.ADAPTIVE, colors=1 << bits)
+        kinds[f"{bits}-bit palette"] = _png(small, bits=bits)
     for bits in (2, 4):
         few = (
             Image.fromarray(grey).convert("P", palette=Image.Palette.ADAPTIVE, colors=1 << bits).convert("L")
@@ -374,3 +378,68 @@ def test_a_png_taken_without_pillow_decodes_as_through_pillow(decoder, monkeypat
     bad_crc = bad_crc[:45] + bytes([bad_crc[45] ^ 1]) + bad_crc[46:]
     with pytest.raises(ValueError, match=r"images\(field='image'\): cannot decode the image"):
         Images(size=32, patch=16, decoder=decoder).patches(bad_crc)
+
+
+def _rgb_png_with(before_pixels: bytes = b"", after: bytes = b"", header: bytes | None = None) -> bytes:
+    """A 4 x 3 RGB PNG, written chunk by chunk, with ``before_pixels`` after its header."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    rows = b"".join(b"\0" + bytes(range(i * 12, i * 12 + 12)) for i in range(3))
+    header = header or chunk(b"IHDR", struct.pack(">IIBBBBB", 4, 3, 8, 2, 0, 0, 0))
+    pixels, end = chunk(b"IDAT", zlib.compress(rows)), chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + header + before_pixels + pixels + after + end
+
+
+def damaged_or_unusual_pngs() -> dict[str, bytes]:
+    """Chunks before the pixels that Pillow refuses on opening (too short, unreadable, a name that
+    is not one), and unusual ones it opens (an APNG's, a palette in an RGB image, bytes after the
+    end): the header read without Pillow must leave them all to Pillow."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    frames = chunk(b"acTL", struct.pack(">II", 1, 0))
+    frame = chunk(b"fcTL", struct.pack(">IIIIIHHBB", 0, 4, 3, 0, 0, 1, 10, 0, 0))
+    second_header = chunk(b"IHDR", struct.pack(">IIBBBBB", 4, 3, 8, 0, 0, 0, 0))
+    short = [(b"gAMA", b"\0\1"), (b"cHRM", bytes(8)), (b"sRGB", b""), (b"pHYs", bytes(4))]
+    short += [(b"tRNS", bytes(4)), (b"acTL", bytes(4))]
+    cases = {f"{k.decode()} of {len(body)} bytes": _rgb_png_with(chunk(k, body)) for k, body in short}
+    cases |= {
+        "a chunk named ab-c": _rgb_png_with(chunk(b"ab-c", b"x")),
+        "iCCP of compression method 1": _rgb_png_with(chunk(b"iCCP", b"p\0\1" + zlib.compress(b"abc"))),
+        "a second header": _rgb_png_with(second_header),
+        "an APNG of one frame": _rgb_png_with(frames + frame),
+        "a palette in an RGB image": _rgb_png_with(chunk(b"PLTE", bytes(6))),
+        "bytes after the end": _rgb_png_with() + b"more",
+        "as a bytearray": bytearray(_rgb_png_with(chunk(b"gAMA", (45_455).to_bytes(4, "big")))),
+    }
+    return cases
+
+
+@pytest.mark.parametrize("decoder", [d for d in DECODERS if d.values[0] != "pillow"])
+def test_a_png_pillow_refuses_on_opening_is_refused_the_same_without_its_opening(decoder, monkeypatch):
+    """Every damaged or unusual PNG gives what it gives through Pillow's opening: the same pixels,
+    or the same refusal, named as images() names it (Pillow's own ValueErrors, a truncated chunk,
+    included)."""
+
+    def outcome(data):
+        try:
+            return np.asarray(decode(data, "image", 32, decoder)).tobytes()
+        except ValueError as e:
+            assert str(e).startswith("images(field='image'): cannot decode the image"), str(e)
+            return re.sub(r" at 0x[0-9a-f]+", "", str(e))  # Pillow names its file object by address
+
+    cases = damaged_or_unusual_pngs()
+    direct = {kind: outcome(data) for kind, data in cases.items()}
+    monkeypatch.setattr("zephon.ops.images.png_header", lambda data: None)
+    for kind, data in cases.items():
+        assert outcome(data) == direct[kind], kind
+    refused = {kind for kind, got in direct.items() if isinstance(got, str)}
+    assert {"gAMA of 2 bytes", "a chunk named ab-c", "iCCP of compression method 1"} <= refused
+    assert "bytes after the end" not in refused and "as a bytearray" not in refused

@@ -267,6 +267,13 @@ def png_metadata(data: bytes) -> str | None:
 
 # Pillow's mode of a PNG of this bit depth and colour type, where a decoder takes it without Pillow
 _PNG_MODES = {(8, 0): "L", (8, 2): "RGB", (8, 3): "P", (8, 6): "RGBA"}
+# the chunks that may come before the pixels of a PNG taken without Pillow, each with the fewest
+# bytes Pillow's opening takes in it (PngImagePlugin's chunk_* refuse fewer): those it reads and
+# checks, and standard ones it passes over. Any other (iCCP, which it inflates; APNG's acTL, fcTL
+# and fdAT; a second IHDR; a private chunk, which a later Pillow might read) goes to Pillow.
+_PNG_BEFORE_PIXELS = {b"PLTE": 0, b"gAMA": 4, b"cHRM": 32, b"sRGB": 1, b"pHYs": 9, b"bKGD": 0,
+                      b"sBIT": 0, b"hIST": 0, b"tIME": 0}  # fmt: skip
+_PNG_TRANSPARENCY = {"L": 2, "RGB": 6, "P": 0, "RGBA": 0}  # tRNS: by the image's mode
 
 
 def png_header(data: bytes) -> tuple[str, int, int] | None:
@@ -275,7 +282,9 @@ def png_header(data: bytes) -> tuple[str, int, int] | None:
     thread workers held the GIL in Figure 3); None for anything else, which Pillow opens. As
     Pillow checks on opening: the signature, a header of 13 bytes, compression and filter method
     0, and every chunk before the pixels whole, its CRC right. Only 8-bit grey, palette, RGB and
-    RGBA, and no chunk that can hold an orientation (``_PNG_ORIENTING``) anywhere."""
+    RGBA, and no chunk that can hold an orientation (``_PNG_ORIENTING``) anywhere; before the
+    pixels only the chunks of ``_PNG_BEFORE_PIXELS`` and tRNS, each at least as long as Pillow
+    asks."""
     if data[:8] != b"\x89PNG\r\n\x1a\n" or data[8:16] != b"\0\0\0\x0dIHDR" or len(data) < 33:
         return None
     mode = _PNG_MODES.get((data[24], data[25]))
@@ -283,14 +292,20 @@ def png_header(data: bytes) -> tuple[str, int, int] | None:
         return None
     view, at, pixels = memoryview(data), 8, False
     while at + 12 <= len(data):
-        end = at + 12 + int.from_bytes(data[at : at + 4], "big")
-        kind = data[at + 4 : at + 8]
+        length = int.from_bytes(data[at : at + 4], "big")
+        end, kind = at + 12 + length, bytes(data[at + 4 : at + 8])
         if end > len(data) or kind in _PNG_ORIENTING:
             return None
         if kind == b"IDAT":
             pixels = True
-        elif not pixels and zlib.crc32(view[at + 4 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
-            return None
+        elif not pixels:  # what Pillow reads on opening
+            least = _PNG_TRANSPARENCY[mode] if kind == b"tRNS" else _PNG_BEFORE_PIXELS.get(kind, -1)
+            if at == 8:
+                least = 13  # IHDR, checked above
+            if least < 0 or length < least:
+                return None
+            if zlib.crc32(view[at + 4 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
+                return None
         if kind == b"IEND":
             width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
             return (mode, width, height) if pixels and width and height else None
@@ -357,10 +372,15 @@ def decode(value, field: str, size: int, decoder: str = "pillow", rgbx: bool = F
             if image.mode not in ("L", "RGB"):
                 image = image.convert("RGB")  # convert would copy an RGB image
         return image if turn is None else image.transpose(getattr(Image.Transpose, turn))
-    except ValueError:
-        raise
+    except ValueError as e:
+        if str(e).startswith(f"images(field={field!r})"):  # this function's own, said already
+            raise
+        raise _undecodable(field, value, e) from None
     except Exception as e:  # Pillow raises many kinds: UnidentifiedImageError, OSError, SyntaxError
-        raise ValueError(
-            f"images(field={field!r}): cannot decode the image ({len(value):,} bytes): "
-            f"{type(e).__name__}: {e}"
-        ) from None
+        raise _undecodable(field, value, e) from None
+
+
+def _undecodable(field: str, value, e: Exception) -> ValueError:
+    return ValueError(
+        f"images(field={field!r}): cannot decode the image ({len(value):,} bytes): {type(e).__name__}: {e}"
+    )
