@@ -35,7 +35,7 @@ from benchmarks.common import refuse_fewer_than_one_copy, write_result  # noqa: 
 # (label, module, attribute, whether it is one call into compiled code)
 PARTS = [
     ("chunk work (all of it)", "zephon.lanes", "ChunkWork.__call__", False),
-    ("  read: lines of the chunk (open, read)", "zephon.io.formats.lines", "_owned_lines", True),
+    ("  read: the chunk's lines from its file", "zephon.io.formats.lines", "_owned_lines", True),
     ("  read: content digest (SHA-256)", "zephon.io.formats.lines", "content_digest", True),
     ("  read: JSON lines, msgspec", "zephon.io.formats.lines", "_LINES", True),
     ("  read: JSON lines, checks around it", "zephon.io.formats.lines", "_whole_chunk", False),
