@@ -2,10 +2,10 @@
 """Where an inline lane's time goes, part by part, and what the native parts alone would allow.
 
 The throughput benchmark's recipe (``benchmarks/peers/zephon_self.py``, inline, the default
-fastokens backend) over its real text, each dataset written ``--copies`` times: every part of a
-chunk's work is timed where it runs (reading the lines, the content digest, msgspec's reader and
-the checks around it, the tokenizer's call, BOS/EOS and positions), and the rest of the run (the
-lane's mixing, packing, batches and the benchmark's loop) is the wall time less the chunk work.
+fastokens backend) over its real text, each dataset written ``--copies`` times: the chunk work
+(read, parse, tokenize) and each of its calls into compiled code are timed where they run; the
+rest of the chunk work is its time less those calls, and the rest of the run (the lane's mixing,
+packing, batches and the benchmark's loop) the wall time less the chunk work.
 Seconds per million tokens delivered, medians of ``--reps`` runs, each a new pipeline after one
 run that loads the tokenizer (so its load, and the reference tokenizer's first chunks, are left
 out).
@@ -32,17 +32,15 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 from benchmarks.common import refuse_fewer_than_one_copy, write_result  # noqa: E402
 
-# (label, module, attribute, whether it is one call into compiled code)
-PARTS = [
-    ("chunk work (all of it)", "zephon.lanes", "ChunkWork.__call__", False),
-    ("  read: the chunk's lines from its file", "zephon.io.formats.lines", "_owned_lines", True),
-    ("  read: content digest (SHA-256)", "zephon.io.formats.lines", "content_digest", True),
-    ("  read: JSON lines, msgspec", "zephon.io.formats.lines", "_LINES", True),
-    ("  read: JSON lines, checks around it", "zephon.io.formats.lines", "_whole_chunk", False),
-    ("  tokenize: the tokenizer's call", "zephon.io.fast_tokenizer", "_flat", True),
-    ("  tokenize: BOS/EOS laid out", "zephon.ops.tokenize", "_with_special", False),
-    ("  tokenize: token positions", "zephon.ops.containers", "Docs.token_positions", False),
+CHUNK_WORK = ("zephon.lanes", "ChunkWork.__call__")
+# the chunk work's calls into compiled code: (label, module, attribute)
+NATIVE = [
+    ("read: the chunk's lines from its file", "zephon.io.formats.lines", "_owned_lines"),
+    ("read: content digest (SHA-256)", "zephon.io.formats.lines", "content_digest"),
+    ("read: JSON lines, msgspec", "zephon.io.formats.lines", "_LINES"),
+    ("tokenize: the tokenizer's call", "zephon.io.fast_tokenizer", "_flat"),
 ]
+WHOLE = "chunk work, all of it"
 
 
 def _wrap(totals: dict, label: str, module: str, attribute: str) -> None:
@@ -69,7 +67,7 @@ def measure(tokens: int, reps: int, copies: int) -> list[dict]:
     from benchmarks.peers import zephon_self
 
     totals: dict[str, float] = {}
-    for label, module, attribute, _ in PARTS:
+    for label, module, attribute in [(WHOLE, *CHUNK_WORK), *NATIVE]:
         _wrap(totals, label, module, attribute)
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -87,6 +85,9 @@ def measure(tokens: int, reps: int, copies: int) -> list[dict]:
         for rep in range(reps):
             totals.clear()
             n, wall = run(tokens)
+            missing = [label for label in (WHOLE, *(part[0] for part in NATIVE)) if label not in totals]
+            if missing:
+                raise RuntimeError(f"not timed (renamed, or not run?): {missing}")
             per_m = {label: seconds / n * 1e6 for label, seconds in totals.items()}
             per_m["wall"] = wall / n * 1e6
             runs.append(per_m)
@@ -95,11 +96,14 @@ def measure(tokens: int, reps: int, copies: int) -> list[dict]:
 
 
 def report(runs: list[dict], args) -> list[str]:
-    med = {key: statistics.median(r.get(key, 0.0) for r in runs) for key in runs[0]}
-    wall, chunk = med["wall"], med[PARTS[0][0]]
-    whole_chunk = med["  read: JSON lines, checks around it"]
-    med["  read: JSON lines, checks around it"] = whole_chunk - med["  read: JSON lines, msgspec"]
-    native = sum(med[label] for label, _, _, is_native in PARTS if is_native)
+    med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    wall, chunk = med["wall"], med[WHOLE]
+    native = sum(med[label] for label, _, _ in NATIVE)
+    rows = [(f"{label} (native)", med[label]) for label, _, _ in NATIVE]
+    rows += [
+        ("the rest of the chunk work: checks, fields, BOS/EOS, positions, bookkeeping", chunk - native),
+        ("outside the chunk work: mixing, packing, batches, the loop", wall - chunk),
+    ]
     lines = [
         "# An inline lane's time, part by part",
         "",
@@ -111,12 +115,8 @@ def report(runs: list[dict], args) -> list[str]:
         "| part | ms per M tokens | share of the run |",
         "|---|---:|---:|",
     ]
-    for label, _, _, is_native in PARTS:
-        mark = " (native)" if is_native else ""
-        lines.append(f"| {label.strip()}{mark} | {med[label] * 1e3:.2f} | {med[label] / wall:.1%} |")
-    rest = wall - chunk
+    lines += [f"| {label} | {seconds * 1e3:.2f} | {seconds / wall:.1%} |" for label, seconds in rows]
     lines += [
-        f"| the rest: mixing, packing, batches, the loop | {rest * 1e3:.2f} | {rest / wall:.1%} |",
         f"| **the run** | **{wall * 1e3:.2f}** | 100% |",
         "",
         f"The native parts alone: {native * 1e3:.2f} ms per M tokens, so one inline lane delivers at most "
@@ -130,12 +130,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=30_000_000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--copies", type=int, default=1)
-    parser.add_argument("--out", default="chunk_cost")
+    parser.add_argument("--out", default="chunk_cost", help="results file name, .md added")
     args = parser.parse_args()
     refuse_fewer_than_one_copy(parser, args.copies)
     if args.tokens < 1 or args.reps < 1:
         parser.error("--tokens and --reps: 1 or more")
-    write_result(args.out, report(measure(args.tokens, args.reps, args.copies), args))
+    write_result(f"{args.out}.md", report(measure(args.tokens, args.reps, args.copies), args))
 
 
 if __name__ == "__main__":

@@ -260,7 +260,7 @@ def png_kinds() -> dict[str, bytes]:
 # what each libspng decoder must decode itself (the rest it may leave to Pillow)
 MUST = {
     "spng": lambda kind, mode: mode in decoders.FORMATS["spng"]["PNG"],
-    "imagecodecs": lambda kind, mode: not kind.startswith(("16-bit", "grey with")),
+    "imagecodecs": lambda kind, mode: not kind.startswith(("16-bit", "grey + alpha")),
 }
 
 
@@ -325,13 +325,19 @@ def test_thread_workers_are_told_once_when_their_decoder_holds_the_gil(tmp_path,
 
     [message] = said("thread", 2, "spng")
     assert "images(decoder='spng')" in message and "runner='process'" in message
-    assert "'opencv'" in message and "2 thread workers" in message
+    assert "'opencv'" in message and "2 thread workers" in message and "decoder='imagecodecs'" in message
     assert said("thread", 2, "spng") == [], "said once a process, not at every run"
     monkeypatch.setattr(thread, "_SAID", set())
-    assert "decoder='imagecodecs'" in message
     assert said("thread", 1, "spng") == [] and said("thread", 2, "opencv") == []
     assert said("thread", 2, "imagecodecs") == []
     assert said("process", 2, "spng") == []
+
+
+def _bad_gama_crc(png: bytes) -> bytes:
+    """``png`` with a gAMA chunk after its header whose CRC is one bit off."""
+    data = _with_chunk(png, b"gAMA", (100_000).to_bytes(4, "big"))
+    at = 33 + 8 + 4  # the CRC: after the header, the chunk's length and name, and its 4 bytes
+    return data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :]
 
 
 def test_the_png_header_read_without_pillow_is_what_pillow_opens():
@@ -352,8 +358,7 @@ def test_the_png_header_read_without_pillow_is_what_pillow_opens():
     }  # fmt: skip
     plain = png_kinds()["rgb"]
     assert png_header(_with_chunk(plain, b"tEXt", b"Comment\0hi")) is None
-    bad_crc = _with_chunk(plain, b"gAMA", (100_000).to_bytes(4, "big"))
-    bad_crc = bad_crc[:45] + bytes([bad_crc[45] ^ 1]) + bad_crc[46:]  # gAMA's CRC, one bit off
+    bad_crc = _bad_gama_crc(plain)
     with pytest.raises(UnidentifiedImageError):  # Pillow's "broken PNG file", on opening
         Image.open(io.BytesIO(bad_crc))
     assert png_header(bad_crc) is None
@@ -374,30 +379,31 @@ def test_a_png_taken_without_pillow_decodes_as_through_pillow(decoder, monkeypat
         as_array = [np.asarray(x) for x in (direct[kind], through_pillow)]
         assert as_array[0].shape == as_array[1].shape and np.array_equal(*as_array), kind
     monkeypatch.undo()
-    bad_crc = _with_chunk(kinds["rgb"], b"gAMA", (100_000).to_bytes(4, "big"))
-    bad_crc = bad_crc[:45] + bytes([bad_crc[45] ^ 1]) + bad_crc[46:]
+    bad_crc = _bad_gama_crc(kinds["rgb"])
     with pytest.raises(ValueError, match=r"images\(field='image'\): cannot decode the image"):
         Images(size=32, patch=16, decoder=decoder).patches(bad_crc)
 
 
-def _rgb_png_with(before_pixels: bytes = b"", after: bytes = b"", header: bytes | None = None) -> bytes:
-    """A 4 x 3 RGB PNG, written chunk by chunk, with ``before_pixels`` after its header."""
+def _rgb_png_with(before_pixels: bytes = b"", after: bytes = b"", colour: int = 2) -> bytes:
+    """A 4 x 3 RGB PNG (``colour`` 0: grey), written chunk by chunk, with ``before_pixels`` after
+    its header."""
     import struct
     import zlib
 
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
-    rows = b"".join(b"\0" + bytes(range(i * 12, i * 12 + 12)) for i in range(3))
-    header = header or chunk(b"IHDR", struct.pack(">IIBBBBB", 4, 3, 8, 2, 0, 0, 0))
+    width = 4 * (3 if colour == 2 else 1)  # bytes a row
+    rows = b"".join(b"\0" + bytes(range(i * width, (i + 1) * width)) for i in range(3))
+    header = chunk(b"IHDR", struct.pack(">IIBBBBB", 4, 3, 8, colour, 0, 0, 0))
     pixels, end = chunk(b"IDAT", zlib.compress(rows)), chunk(b"IEND", b"")
     return b"\x89PNG\r\n\x1a\n" + header + before_pixels + pixels + after + end
 
 
 def damaged_or_unusual_pngs() -> dict[str, bytes]:
     """Chunks before the pixels that Pillow refuses on opening (too short, unreadable, a name that
-    is not one), and unusual ones it opens (an APNG's, a palette in an RGB image, bytes after the
-    end): the header read without Pillow must leave them all to Pillow."""
+    is not one), and unusual PNGs it opens (an APNG, a palette in an RGB image, bytes after the
+    end, a bytearray): each must come out as through Pillow's opening."""
     import struct
     import zlib
 
@@ -414,6 +420,8 @@ def damaged_or_unusual_pngs() -> dict[str, bytes]:
         "a chunk named ab-c": _rgb_png_with(chunk(b"ab-c", b"x")),
         "iCCP of compression method 1": _rgb_png_with(chunk(b"iCCP", b"p\0\1" + zlib.compress(b"abc"))),
         "a second header": _rgb_png_with(second_header),
+        "grey, tRNS of 1 byte": _rgb_png_with(chunk(b"tRNS", b"\7"), colour=0),
+        "grey, tRNS of 2 bytes": _rgb_png_with(chunk(b"tRNS", b"\0\7"), colour=0),
         "an APNG of one frame": _rgb_png_with(frames + frame),
         "a palette in an RGB image": _rgb_png_with(chunk(b"PLTE", bytes(6))),
         "bytes after the end": _rgb_png_with() + b"more",
@@ -442,4 +450,6 @@ def test_a_png_pillow_refuses_on_opening_is_refused_the_same_without_its_opening
         assert outcome(data) == direct[kind], kind
     refused = {kind for kind, got in direct.items() if isinstance(got, str)}
     assert {"gAMA of 2 bytes", "a chunk named ab-c", "iCCP of compression method 1"} <= refused
+    assert "grey, tRNS of 1 byte" in refused
+    assert "grey, tRNS of 2 bytes" not in refused
     assert "bytes after the end" not in refused and "as a bytearray" not in refused

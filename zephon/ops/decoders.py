@@ -18,8 +18,8 @@ raises the same error with every decoder.
   alpha dropped); not 16-bit grey, which Pillow clips otherwise. JPEG and the rest: Pillow.
 - ``imagecodecs`` (``pip install imagecodecs``): libspng again, through imagecodecs, which lets
   go of the GIL while it decodes (pyspng holds it): PNG that is not interlaced, grey of 2 to 8
-  bits, palettes, 8-bit RGB and RGBA; the rest (1-bit, grey with alpha or a transparent grey,
-  16-bit) Pillow. JPEG: Pillow.
+  bits, palettes, 8-bit RGB and RGBA; the rest (1-bit, grey with alpha, 16-bit) Pillow. JPEG:
+  Pillow.
 
 Measured on the benchmark's photographs (``benchmarks/vlm.py``, its decoder table): each gives
 Pillow's very pixels (JPEG at every draft scale, PNG grey, RGB and RGBA). On JPEG none gains much:
@@ -32,7 +32,8 @@ holds the GIL while it decodes, so several thread workers take turns with it; im
 (3.5 ms an image through the step with torch resizing, as pyspng) lets go of it, and so does
 OpenCV. Figure 3 (``benchmarks/results/vlm.md``), two thread workers, torch resizing, 2M tokens:
 89.8-92.3k image-text tokens/s with imagecodecs, 1.35x Grain's fastest layout (pyspng: 57.8k in
-the run before); side by side, three interleaved runs, 89.4-93.9k against OpenCV's 87.5-88.1k.
+the run before; 1.33x side by side after PNGs with an ICC profile went back through Pillow);
+side by side, three interleaved runs, 89.4-93.9k against OpenCV's 87.5-88.1k.
 Two process workers: 86.9k with imagecodecs, 86.3k with pyspng in the run before.
 The default stays Pillow, which needs nothing more, and whose recipes (and checkpoints) name no
 decoder.
@@ -57,7 +58,7 @@ FORMATS = {
     "simplejpeg": {"JPEG": ("L", "RGB")},
     "turbojpeg": {"JPEG": ("L", "RGB")},
     "spng": {"PNG": ("1", "L", "LA", "P", "RGB", "RGBA")},  # all but L become RGB, as Pillow converts them
-    "imagecodecs": {"PNG": ("L", "P", "RGB", "RGBA")},  # 16-bit RGB(A) too, refused by its dtype below
+    "imagecodecs": {"PNG": ("L", "P", "RGB", "RGBA")},  # of 8 bits or fewer (16-bit: Pillow's)
 }
 # the decoders that hold the GIL while they decode (thread workers take turns at them)
 HOLDS_GIL = ("spng",)  # pyspng 0.1.4 (measured: a spinning thread beside it got half its speed)
@@ -153,20 +154,25 @@ def _spng() -> Library:
     import pyspng
 
     def decode(data, fmt, mode, scale, rgbx):
-        if bytes(data[12:16]) != b"IHDR" or data[28] != 0:
-            return None  # interlaced (Adam7): Pillow's
+        if _interlaced(data):
+            return None
         # colour without alpha, as convert("RGB") drops it; or with a fourth channel, to be ignored
         return pyspng.load(bytes(data), "L" if mode == "L" else "RGBA" if rgbx else "RGB")
 
     return Library("spng", importlib.metadata.version("pyspng"), decode)
 
 
+def _interlaced(data) -> bool:
+    """Whether a PNG is interlaced (Adam7), or its header is not where it should be: Pillow's."""
+    return bytes(data[12:16]) != b"IHDR" or data[28] != 0
+
+
 def _imagecodecs() -> Library:
     import imagecodecs
 
     def decode(data, fmt, mode, scale, rgbx):
-        if bytes(data[12:16]) != b"IHDR" or data[28] != 0:
-            return None  # interlaced (Adam7): Pillow's
+        if _interlaced(data) or data[24] == 16:  # 16-bit channels: not Pillow's pixels
+            return None
         pixels = imagecodecs.spng_decode(data)  # as stored: grey, RGB, or RGBA (palettes expanded)
         return pixels[:, :, :3] if pixels.ndim == 3 and pixels.shape[2] == 4 and not rgbx else pixels
 
