@@ -248,11 +248,10 @@ def png_metadata(data: bytes) -> str | None:
     """Where a PNG's chunks that can turn it lie: None (it has none: upright as stored),
     ``"before"`` (all before its first pixels, ``IDAT``: Pillow has read them on opening), or
     ``"after"`` (one follows the pixels, or the chunks cannot be walked: Pillow decides)."""
-    if data[:8] != b"\x89PNG\r\n\x1a\n":
+    if data[:8] != _PNG_SIGNATURE:
         return "after"
-    found, at, pixels = None, 8, False
-    while at + 8 <= len(data):
-        kind = data[at + 4 : at + 8]
+    found, pixels = None, False
+    for kind, _, _ in _png_chunks(data):
         if kind == b"IDAT":
             pixels = True
         elif kind in _PNG_ORIENTING:
@@ -261,8 +260,20 @@ def png_metadata(data: bytes) -> str | None:
             found = "before"
         elif kind == b"IEND":
             return found
-        at += 12 + int.from_bytes(data[at : at + 4], "big")
     return "after"  # no IEND where the lengths lead: let Pillow say what is wrong
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_chunks(data: bytes):
+    """A PNG's chunks after its signature, as far as their lengths lead: (name, where the chunk
+    starts, its data's length); the last may run past the end of ``data``."""
+    at = 8
+    while at + 8 <= len(data):
+        length = int.from_bytes(data[at : at + 4], "big")
+        yield bytes(data[at + 4 : at + 8]), at, length
+        at += 12 + length
 
 
 # Pillow's mode of a PNG of this bit depth and colour type, where a decoder takes it without Pillow
@@ -285,16 +296,15 @@ def png_header(data: bytes) -> tuple[str, int, int] | None:
     RGBA, and no chunk that can hold an orientation (``_PNG_ORIENTING``) anywhere; before the
     pixels only the chunks of ``_PNG_LEAST_BEFORE_PIXELS`` and tRNS, each at least as long as
     Pillow asks."""
-    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[8:16] != b"\0\0\0\x0dIHDR" or len(data) < 33:
+    if data[:8] != _PNG_SIGNATURE or data[8:16] != b"\0\0\0\x0dIHDR" or len(data) < 33:
         return None
     mode = _PNG_MODES.get((data[24], data[25]))
     if mode is None or data[26] or data[27] or data[28] > 1:
         return None
     view = memoryview(data)  # a chunk's CRC over its bytes in place, not a copy of them
-    at, past_header = 8, False  # past_header: an IDAT seen (Pillow's opening stops at the first)
-    while at + 12 <= len(data):
-        length = int.from_bytes(data[at : at + 4], "big")
-        end, kind = at + 12 + length, bytes(data[at + 4 : at + 8])
+    past_header = False  # an IDAT seen (Pillow's opening stops at the first)
+    for kind, at, length in _png_chunks(data):
+        end = at + 12 + length
         if end > len(data) or kind in _PNG_ORIENTING:
             return None
         if kind == b"IDAT":
@@ -313,7 +323,6 @@ def png_header(data: bytes) -> tuple[str, int, int] | None:
         if kind == b"IEND":
             width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
             return (mode, width, height) if past_header and width and height else None
-        at = end
     return None
 
 
