@@ -67,3 +67,70 @@ def test_a_chunks_digest_is_the_same_however_often_it_is_read_and_changes_with_i
     changed = Dataset.from_path("d", path)
     again = [changed.read_chunk(table.chunk(0, i)).digest for i in range(len(table))]
     assert again[0] != digests[0] and again[1:] == digests[1:]
+
+
+def _saved_before_xxh3(state: dict, pipeline) -> dict:
+    """``state`` as a zephon that digested chunks by SHA-256 saved it: 16 hex digits, untagged
+    (the digest itself is pinned by the last test of this file)."""
+    import copy
+
+    plan, dataset = pipeline.spec().lane_plan(), pipeline.source.datasets[0]
+    old = copy.deepcopy(state)
+    for lane, value in old["lanes"].items():
+        for entry in value["digests"]:
+            assert entry[2].startswith("xxh3:")
+            entry[2] = dataset.read_chunk(plan.chunk(entry[0], int(lane), entry[1]), digest="sha256").digest
+    return old
+
+
+@pytest.mark.parametrize("runner", ["inline", "process"])
+def test_a_state_saved_with_sha256_digests_restores_to_the_same_batches(tmp_path, gpt2, runner):
+    path = tmp_path / "d.jsonl"
+    write_numbered_lines(str(path))
+    reference = [b.digest() for b in take(numbered_pipeline(str(path), gpt2, "inline"), 41)]
+    pipeline = numbered_pipeline(str(path), gpt2, runner)
+    take(pipeline, 21)
+    state = pipeline.state_dict()
+    pipeline.close()
+    old = _saved_before_xxh3(state, pipeline)
+    assert all(len(e[2]) == 16 for v in old["lanes"].values() for e in v["digests"])
+
+    resumed = numbered_pipeline(str(path), gpt2, runner)
+    resumed.load_state_dict(old)
+    assert [b.digest() for b in take(resumed, 20)] == reference[21:]
+    again = resumed.state_dict()  # saved from here on with XXH3
+    assert all(e[2].startswith("xxh3:") for v in again["lanes"].values() for e in v["digests"])
+    resumed.close()
+
+
+def test_a_state_saved_with_sha256_digests_fails_the_restore_by_name_where_a_replayed_chunk_changed(
+    tmp_path, gpt2
+):
+    path = tmp_path / "d.jsonl"
+    write_numbered_lines(str(path))
+    pipeline = numbered_pipeline(str(path), gpt2, "thread")
+    take(pipeline, 21)
+    old = _saved_before_xxh3(pipeline.state_dict(), pipeline)
+    pipeline.close()
+    edit_a_replayed_chunk(str(path), numbered_pipeline(str(path), gpt2), old)
+
+    resumed = numbered_pipeline(str(path), gpt2, "thread")
+    resumed.load_state_dict(old)
+    said = r"d\.jsonl, bytes \[\d+, \d+\) changed during the run: the checkpoint's state holds it"
+    with pytest.raises(ChangedFileError, match=said):
+        take(resumed, 20)
+    resumed.close()
+
+
+def test_a_chunk_digest_names_xxh3_and_a_files_content_version_stays_sha256():
+    import hashlib
+
+    import xxhash
+
+    from zephon.io.formats.base import content_digest
+
+    data = b"the bytes of a chunk\n"
+    framed = len(data).to_bytes(8, "little") + data
+    assert content_digest(data) == "xxh3:" + xxhash.xxh3_64(framed).hexdigest()
+    # a remote file's "content:" version (zephon.io.dataset): as plans and states made before hold it
+    assert content_digest(data, algorithm="sha256") == hashlib.sha256(framed).hexdigest()[:16]

@@ -15,10 +15,11 @@ Shape (JSON-safe)::
             "tokens": [...],        # tokens delivered so far, per dataset
             "documents": [...],     # documents begun so far, per dataset
             "counters": {...},      # e.g. empty_documents, filtered_records, so far
-            "digests": [[dataset, chunk, "16 hex digits"], ...]}  # of the chunks replay reads again
+            "digests": [[dataset, chunk, "xxh3:16 hex digits"], ...]}  # of the chunks replay reads again
 
 A lane's state is a few integers per dataset whatever the step, and the digests of the handful of
-chunks its window reads (zephon.digests). Restore replays window ``w`` from its first token and
+chunks its window reads (zephon.digests; states saved before those were XXH3 hold 16 hex digits of
+SHA-256, which a restore checks as such). Restore replays window ``w`` from its first token and
 drops the ``n`` batches already delivered, checking that those chunks hold the same bytes.
 
 What may change between save and restore is the table ``MAY_CHANGE`` of zephon.fingerprint
@@ -113,9 +114,11 @@ def _digests(entries: list, num_datasets: int) -> tuple[tuple[int, int, str], ..
     for entry in entries:
         dataset, chunk, digest = entry
         if not (
-            0 <= int(dataset) < num_datasets and int(chunk) >= 0 and re.fullmatch(r"[0-9a-f]{16}", digest)
+            0 <= int(dataset) < num_datasets
+            and int(chunk) >= 0
+            and re.fullmatch(r"(xxh3:)?[0-9a-f]{16}", digest)
         ):
-            raise ValueError(f"digests entry {entry!r} is not [dataset, chunk, 16 hex digits]")
+            raise ValueError(f"digests entry {entry!r} is not [dataset, chunk, 'xxh3:' and 16 hex digits]")
         out.append((int(dataset), int(chunk), digest))
     return tuple(out)
 

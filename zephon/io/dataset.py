@@ -286,14 +286,16 @@ class Dataset:
         return self.read_chunk(chunk, io).records
 
     def read_chunk(
-        self, chunk: Chunk, io: IOConfig | None = None, requests: Requests | None = None
+        self, chunk: Chunk, io: IOConfig | None = None, requests: Requests | None = None, digest: str = "xxh3"
     ) -> ChunkRead:
-        """The records of ``chunk`` (as ``read``) and the digest of the bytes they come from;
-        the requests it takes count in ``requests``."""
+        """The records of ``chunk`` (as ``read``) and the digest of the bytes they come from (by
+        ``digest``: ``zephon.io.formats.content_digest``); the requests it takes count in ``requests``."""
         shard, fmt = self.plain_shards(io)[chunk.shard], self.plain_format(io)
         try:
             skip = self.on_error == "skip"
-            return fmt.read(shard, chunk.start, chunk.stop, self.columns, self.opener(io, requests), skip)
+            return fmt.read(
+                shard, chunk.start, chunk.stop, self.columns, self.opener(io, requests), skip, digest
+            )
         except DataError as e:
             original = self.shards(io)[chunk.shard].url
             if original == shard.url:
@@ -406,7 +408,7 @@ def _remote_shard(name: str, fs, path: str, info: dict, io: IOConfig, requests: 
             progress.update(len(data) >> 20)
             return data
 
-        digest = content_digest(*(block(start) for start in range(0, size, _BLOCK)))
+        digest = content_digest(*(block(start) for start in range(0, size, _BLOCK)), algorithm="sha256")
         version = content_version(digest, info)
     return Shard(url, size, version)
 

@@ -53,13 +53,15 @@ class ArrowFormat(Format):
             start += batch.num_rows
         return groups
 
-    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
+    def read(
+        self, shard, start, stop, columns, opener, skip_bad: bool = False, digest: str = "xxh3"
+    ) -> ChunkRead:
         offset = 0
         for batch in _batches(shard, opener):
             if offset <= start < offset + batch.num_rows:
                 piece = batch.slice(start - offset, stop - start)
                 if columns:
                     piece = piece.select(list(columns))
-                return ChunkRead(piece.to_pylist(), content_digest(piece.serialize()))
+                return ChunkRead(piece.to_pylist(), content_digest(piece.serialize(), algorithm=digest))
             offset += batch.num_rows
         raise ValueError(f"{shard.url}: rows [{start}, {stop}) are past the end of the file")

@@ -27,9 +27,11 @@ class ImageFolderFormat(JsonLinesFormat):
         super().__init__(compression)
         self.images: dict[str, Shard] = {}  # URL -> the image file's shard, from the listing
 
-    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
+    def read(
+        self, shard, start, stop, columns, opener, skip_bad: bool = False, digest: str = "xxh3"
+    ) -> ChunkRead:
         wanted = None if columns is None else (*(c for c in columns if c != "image"), "file_name")
-        lines = super().read(shard, start, stop, wanted, opener, skip_bad)
+        lines = super().read(shard, start, stop, wanted, opener, skip_bad, digest)
         records, images = lines.records, []
         folder = shard.url.rsplit("/", 1)[0]
         for i, record in enumerate(records):
@@ -43,7 +45,7 @@ class ImageFolderFormat(JsonLinesFormat):
                     line = self.line_of(shard, start, stop, i, opener)
                     raise DataError(f"{shard.url}, line {line}: {e}") from None
                 records[i] = BadRecord(str(e))
-        return ChunkRead(records, content_digest(lines.digest.encode(), *images))
+        return ChunkRead(records, content_digest(lines.digest.encode(), *images, algorithm=digest))
 
     def _image(self, folder: str, record: dict, opener) -> bytes:
         name = record.get("file_name")

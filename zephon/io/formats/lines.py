@@ -31,12 +31,15 @@ class _LineFormat(Format):
         assert not self.compression, "compressed files are planned through their plain copy"
         return [(0, shard.size, shard.size)]  # from the listing: nothing read
 
-    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
+    def read(
+        self, shard, start, stop, columns, opener, skip_bad: bool = False, digest: str = "xxh3"
+    ) -> ChunkRead:
         assert not self.compression, "compressed files are read through their plain copy"
         with opener.open(shard) as f:
             first, data = _owned_lines(f, start, stop)
         return ChunkRead(
-            self.parse_lines(shard, first, data, columns, opener, skip_bad), content_digest(data)
+            self.parse_lines(shard, first, data, columns, opener, skip_bad),
+            content_digest(data, algorithm=digest),
         )
 
     def parse_lines(self, shard, first: int, data: bytes, columns, opener, skip_bad: bool) -> Records:

@@ -69,12 +69,14 @@ class ParquetFormat(Format):
             for i, (start, stop) in enumerate(row_group_bounds(metadata))
         ]
 
-    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
+    def read(
+        self, shard, start, stop, columns, opener, skip_bad: bool = False, digest: str = "xxh3"
+    ) -> ChunkRead:
         bounds = row_group_bounds(self.footer(shard, opener))
         group = next(i for i, (a, b) in enumerate(bounds) if a <= start < b)
         table = self._row_group(shard, group, columns, opener)
         piece = table.slice(start - bounds[group][0], stop - start)
-        digest = content_digest(*(batch.serialize() for batch in piece.to_batches()))
+        digest = content_digest(*(batch.serialize() for batch in piece.to_batches()), algorithm=digest)
         return ChunkRead(piece.to_pylist(), digest)
 
     def _row_group(self, shard, group, columns, opener) -> pa.Table:

@@ -118,10 +118,12 @@ class WebDatasetFormat(Format):
     def groups(self, shard: Shard, opener) -> list[Group]:
         return [(0, len(self.index(shard, opener).keys), shard.size)]
 
-    def read(self, shard, start, stop, columns, opener, skip_bad: bool = False) -> ChunkRead:
+    def read(
+        self, shard, start, stop, columns, opener, skip_bad: bool = False, digest: str = "xxh3"
+    ) -> ChunkRead:
         index = self.index(shard, opener)
         if start >= stop:
-            return ChunkRead([], content_digest())
+            return ChunkRead([], content_digest(algorithm=digest))
         begin, end = index.spans[start][0], index.spans[stop - 1][1]
         with opener.open(shard) as f:
             f.seek(begin)
@@ -144,7 +146,7 @@ class WebDatasetFormat(Format):
                     raise DataError(message) from None
                 record = BadRecord(message)
             records.append(record)
-        return ChunkRead(records, content_digest(data))
+        return ChunkRead(records, content_digest(data, algorithm=digest))
 
 
 class _Blocks:
