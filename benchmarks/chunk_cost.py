@@ -36,7 +36,7 @@ CHUNK_WORK = ("zephon.lanes", "ChunkWork.__call__")
 # the chunk work's calls into compiled code: (label, module, attribute)
 NATIVE = [
     ("read: the chunk's lines from its file", "zephon.io.formats.lines", "_owned_lines"),
-    ("read: content digest (SHA-256)", "zephon.io.formats.lines", "content_digest"),
+    ("read: content digest (XXH3-64)", "zephon.io.formats.lines", "content_digest"),
     ("read: JSON lines, msgspec", "zephon.io.formats.lines", "_LINES"),
     ("tokenize: the tokenizer's call", "zephon.io.fast_tokenizer", "_flat"),
 ]
