@@ -75,15 +75,17 @@ def check_sha256(digests, plan, lane: int, io) -> tuple[tuple[int, int, str], ..
     plan ``plan`` for lane ``lane``, and hashed by SHA-256; ChangedFileError where it differs. The
     lane's replay reads those chunks again and records their XXH3. An entry for a chunk the lane
     does not have is kept, for the lane to refuse by name."""
-    kept = []
+    kept, old = [], []
     for dataset, k, digest in digests:
         chunk = plan.chunk(dataset, lane, k)
         if digest.startswith("xxh3:") or chunk is None:
             kept.append((dataset, k, digest))
-            continue
-        source = plan.source.datasets[dataset]
-        log.info("zephon: lane %d: checking chunk %d of dataset %r by the SHA-256 its state holds "
-                 "(saved before chunk digests were XXH3)", lane, k, source.name)  # fmt: skip
+        else:
+            old.append((plan.source.datasets[dataset], chunk, digest))
+    if old:
+        log.info("zephon: lane %d: reading %d chunks to check the SHA-256 digests its state holds "
+                 "(saved before chunk digests were XXH3)", lane, len(old))  # fmt: skip
+    for source, chunk, digest in old:
         now = source.read_chunk(chunk, io, digest="sha256").digest
         if now != digest:
             where = f"dataset {source.name!r}, {source.span(chunk, io)}"
