@@ -70,17 +70,41 @@ def test_a_chunks_digest_is_the_same_however_often_it_is_read_and_changes_with_i
 
 
 def _saved_before_xxh3(state: dict, pipeline) -> dict:
-    """``state`` as a zephon that digested chunks by SHA-256 saved it: 16 hex digits, untagged
-    (the digest itself is pinned by the last test of this file)."""
+    """``state`` as a zephon that digested chunks by SHA-256 saved it (state version 2): 16 hex
+    digits, untagged (the digest itself is pinned by the last test of this file)."""
     import copy
 
     plan, dataset = pipeline.spec().lane_plan(), pipeline.source.datasets[0]
     old = copy.deepcopy(state)
+    old["version"] = 2
     for lane, value in old["lanes"].items():
         for entry in value["digests"]:
             assert entry[2].startswith("xxh3:")
             entry[2] = dataset.read_chunk(plan.chunk(entry[0], int(lane), entry[1]), digest="sha256").digest
     return old
+
+
+@pytest.mark.parametrize("runner", ["inline", "process"])
+def test_a_state_saved_by_the_zephon_before_xxh3_restores_to_the_same_batches(tmp_path, gpt2, runner):
+    """The state in ``support/states/numbered_v2_a8dcfe0.json`` was saved by this project at
+    a8dcfe0 (SHA-256 chunk digests): ``numbered_pipeline`` over ``write_numbered_lines`` in
+    another folder, inline, after 21 batches, with the digests of batches 21 to 40 of a run
+    without a restore."""
+    import json
+    import os
+
+    with open(os.path.join(os.path.dirname(__file__), "support", "states", "numbered_v2_a8dcfe0.json")) as f:
+        saved = json.load(f)
+    assert saved["state"]["version"] == 2
+    path = tmp_path / "d.jsonl"
+    write_numbered_lines(str(path))
+    resumed = numbered_pipeline(str(path), gpt2, runner)
+    resumed.load_state_dict(saved["state"])
+    assert [b.digest() for b in take(resumed, 20)] == saved["batches_21_to_40"]
+    again = resumed.state_dict()  # saved from here on as version 3, with XXH3
+    assert again["version"] == 3
+    assert all(e[2].startswith("xxh3:") for v in again["lanes"].values() for e in v["digests"])
+    resumed.close()
 
 
 @pytest.mark.parametrize("runner", ["inline", "process"])
@@ -98,28 +122,45 @@ def test_a_state_saved_with_sha256_digests_restores_to_the_same_batches(tmp_path
     resumed = numbered_pipeline(str(path), gpt2, runner)
     resumed.load_state_dict(old)
     assert [b.digest() for b in take(resumed, 20)] == reference[21:]
-    again = resumed.state_dict()  # saved from here on with XXH3
-    assert all(e[2].startswith("xxh3:") for v in again["lanes"].values() for e in v["digests"])
     resumed.close()
 
 
+@pytest.mark.parametrize("runner", ["thread", "process"])
 def test_a_state_saved_with_sha256_digests_fails_the_restore_by_name_where_a_replayed_chunk_changed(
-    tmp_path, gpt2
+    tmp_path, gpt2, runner
 ):
+    import multiprocessing
+    import threading
+    import time
+
     path = tmp_path / "d.jsonl"
     write_numbered_lines(str(path))
-    pipeline = numbered_pipeline(str(path), gpt2, "thread")
+    pipeline = numbered_pipeline(str(path), gpt2, runner)
     take(pipeline, 21)
     old = _saved_before_xxh3(pipeline.state_dict(), pipeline)
     pipeline.close()
     edit_a_replayed_chunk(str(path), numbered_pipeline(str(path), gpt2), old)
 
-    resumed = numbered_pipeline(str(path), gpt2, "thread")
+    before = set(threading.enumerate())
+    resumed = numbered_pipeline(str(path), gpt2, runner)
     resumed.load_state_dict(old)
     said = r"d\.jsonl, bytes \[\d+, \d+\) changed during the run: the checkpoint's state holds it"
     with pytest.raises(ChangedFileError, match=said):
         take(resumed, 20)
     resumed.close()
+
+    def workers_left() -> list[str]:
+        threads = [
+            t.name for t in threading.enumerate() if t not in before and t.name.startswith("zephon-work")
+        ]
+        return threads + [
+            p.name for p in multiprocessing.active_children() if p.name.startswith("zephon-worker")
+        ]
+
+    deadline = time.monotonic() + 10  # the run's workers go with it (close joins them in the background)
+    while workers_left() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not workers_left()
 
 
 def test_a_chunk_digest_names_xxh3_and_a_files_content_version_stays_sha256():

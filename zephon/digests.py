@@ -19,22 +19,19 @@ version only. Cost: hashing about 0.05 ms per MB read (XXH3-64), 8 bytes per chu
 rank, and about 35 bytes of state per chunk a lane's window reads (a handful).
 
 A digest names its algorithm (``xxh3:`` and 16 hex digits). States saved before chunk digests
-were XXH3 hold 16 hex digits of SHA-256 (1 ms per MB): a restore from one reads those chunks at
-once and checks them by SHA-256 (``check_sha256``), and the replay records their XXH3 as it reads
-them again.
+were XXH3 (state version 2) hold 16 hex digits of SHA-256 (1 ms per MB): a restore from one reads
+those chunks when its lane starts and checks them by SHA-256 (``ChunkStreams.expect``), and the
+replay records their XXH3 as it reads them again.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 
 import numpy as np
 
 from zephon.io.remote import ChangedFileError
-
-log = logging.getLogger(__name__)
 
 
 class ChunkDigests:
@@ -49,7 +46,8 @@ class ChunkDigests:
         """Record ``digest`` (``xxh3:`` and 16 hex digits) for the chunk, or raise
         ChangedFileError if it was read before with other bytes; ``where()`` names the chunk (its
         file and range)."""
-        value = int(digest.removeprefix("xxh3:"), 16) or 1
+        assert digest.startswith("xxh3:"), f"a chunk digest without its algorithm: {digest!r}"
+        value = int(digest[5:], 16) or 1
         with self.lock:
             known = int(self.known[dataset][index])
             if not known:
@@ -67,27 +65,3 @@ def changed(where: str, before: str, now: str, when: str) -> ChangedFileError:
         "Put the original file back to continue the run, or start a new run (without this state) on "
         "the new data"
     )
-
-
-def check_sha256(digests, plan, lane: int, io) -> tuple[tuple[int, int, str], ...]:
-    """A lane state's ``digests`` (``(dataset, chunk number, digest)``), less those saved before
-    chunk digests were XXH3 (16 hex digits of SHA-256), each checked now: its chunk read, by the
-    plan ``plan`` for lane ``lane``, and hashed by SHA-256; ChangedFileError where it differs. The
-    lane's replay reads those chunks again and records their XXH3. An entry for a chunk the lane
-    does not have is kept, for the lane to refuse by name."""
-    kept, old = [], []
-    for dataset, k, digest in digests:
-        chunk = plan.chunk(dataset, lane, k)
-        if digest.startswith("xxh3:") or chunk is None:
-            kept.append((dataset, k, digest))
-        else:
-            old.append((plan.source.datasets[dataset], chunk, digest))
-    if old:
-        log.info("zephon: lane %d: reading %d chunks to check the SHA-256 digests its state holds "
-                 "(saved before chunk digests were XXH3)", lane, len(old))  # fmt: skip
-    for source, chunk, digest in old:
-        now = source.read_chunk(chunk, io, digest="sha256").digest
-        if now != digest:
-            where = f"dataset {source.name!r}, {source.span(chunk, io)}"
-            raise changed(where, digest, now, "the checkpoint's state holds it")
-    return tuple(kept)

@@ -24,9 +24,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from zephon.batch import Batch
-from zephon.digests import ChunkDigests
+from zephon.digests import ChunkDigests, changed
 from zephon.errors import with_context
 from zephon.io import Chunk
+from zephon.io.remote import Requests
 from zephon.ops import BatchRows, Images, PackFlat, Shuffle, WorkOperator
 from zephon.ops.containers import RowPatches
 from zephon.runners import Executor
@@ -244,9 +245,10 @@ class ChunkStreams:
 
     def __init__(
         self, plan: LanePlan, lane: int, executor: Executor, ahead: ReadAhead, timeout: float | None = None,
-        digests: ChunkDigests | None = None, *, rows_in: Callable[[int], int], pace: Pace,
+        digests: ChunkDigests | None = None, *, rows_in: Callable[[int], int], pace: Pace, io=None,
     ):  # fmt: skip
         self.plan, self.lane, self.executor, self.ahead = plan, lane, executor, ahead
+        self.io = io  # the run's IOConfig: where expect reads a chunk itself
         self.timeout = timeout  # seconds a chunk may take on the workers before it is reported
         self.window = 0  # the window being filled: chunks needed for it go first
         self.rows_in = rows_in  # the rows of a window (LaneOps.rows_in)
@@ -288,14 +290,32 @@ class ChunkStreams:
         self.reads[dataset, k] = digest
 
     def expect(self, digests) -> None:
-        """The digests a lane's state holds: of chunks its replay reads again."""
+        """The digests a lane's state holds: of chunks its replay reads again. Those of a state
+        saved before chunk digests were XXH3 (16 hex digits of SHA-256) are checked here, each
+        chunk read now and hashed by SHA-256 (a handful, once per restore from such a state);
+        the replay then records their XXH3."""
+        old = []
         for dataset, k, digest in digests:
             if self.plan.chunk(dataset, self.lane, k) is None:
                 raise ValueError(
                     f"lane {self.lane}: the state holds the digest of chunk {k} of dataset "
                     f"{self.plan.source.names[dataset]!r}, which the lane does not have"
                 )
-            self._read(dataset, k, digest)
+            if digest.startswith("xxh3:"):
+                self._read(dataset, k, digest)
+            else:
+                old.append((dataset, k, digest))
+        if old:
+            log.info("zephon: lane %d: reading %d chunks to check the SHA-256 digests its state holds "
+                     "(saved before chunk digests were XXH3)", self.lane, len(old))  # fmt: skip
+        for dataset, k, digest in old:
+            source, requests = self.plan.source.datasets[dataset], Requests()
+            chunk = self.plan.chunk(dataset, self.lane, k)
+            now = source.read_chunk(chunk, self.io, requests, digest="sha256").digest
+            cost = self.requests[dataset]
+            cost[0], cost[1] = cost[0] + requests.requests, cost[1] + requests.bytes
+            if now != digest:
+                raise changed(self._where(dataset, k), digest, now, "the checkpoint's state holds it")
 
     def reads_from(self, state: MixState) -> tuple[tuple[int, int, str], ...]:
         """The digests of the chunks read at or after ``state``'s positions (those a restore from

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Iterator
 
 from zephon.batch import Batch
-from zephon.digests import ChunkDigests, check_sha256
+from zephon.digests import ChunkDigests
 from zephon.fingerprint import check_restore
 from zephon.lanes import ChunkStreams, Made, Pace, ReadAhead, lane_batches
 from zephon.runners import LaneDriver, get_runner
@@ -165,7 +165,6 @@ class _Delivery:
         makers, pace = {}, Pace(len(self.names))  # one pace for the run's lanes: they mix alike
         for lane in states:
             start = dataclasses.replace(states[lane])
-            start.digests = check_sha256(start.digests, plan, lane, opts.io)  # (a state saved before XXH3)
             streams = ChunkStreams(
                 plan,
                 lane,
@@ -175,6 +174,7 @@ class _Delivery:
                 digests,
                 rows_in=lane_ops.rows_in,
                 pace=pace,
+                io=opts.io,
             )
             streams.requests = requests  # one count per run, whichever lane read
             if self.runner.background:  # every lane's first chunks go to the workers at once

@@ -2,7 +2,7 @@
 
 Shape (JSON-safe)::
 
-    {"version": 2,
+    {"version": 3,                         # 2: before chunk digests were XXH3 (read as well)
      "fingerprint": {...},                 # everything that shapes the data; must match
      "lanes": {"0": LANE, "1": LANE, ...}} # the lanes of the ranks whose states were merged
 
@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 from zephon.work import MixState
 
-VERSION = 2
+VERSION = 3
+READS = (2, 3)  # version 2's digests are SHA-256 (untagged), checked as such on restore
 
 
 @dataclass(slots=True)
@@ -166,7 +167,8 @@ def check_version(state: dict) -> None:
             "windows ended on whole microbatches; the data order changed with it, so the run cannot "
             "continue on this zephon: finish it with the zephon that wrote it, or start a new run"
         )
-    if state["version"] != VERSION:
+    if state["version"] not in READS:
         raise ValueError(
-            f"pipeline state version {state['version']} is not supported; this zephon reads version {VERSION}"
+            f"pipeline state version {state['version']} is not supported; this zephon reads versions "
+            f"{', '.join(map(str, READS))}"
         )
