@@ -279,9 +279,13 @@ class ChunkStreams:
             ) from e
         self._read(dataset, k, docs.digest)
         self.ahead.seen(dataset, docs.nbytes)
-        cost = self.requests[dataset]
-        cost[0], cost[1] = cost[0] + docs.requests[0], cost[1] + docs.requests[1]
+        self._count(dataset, docs.requests)
         return docs
+
+    def _count(self, dataset: int, requests: tuple[int, int]) -> None:
+        """A read of ``dataset`` took ``requests`` (requests, bytes): the run's count of them."""
+        cost = self.requests[dataset]
+        cost[0], cost[1] = cost[0] + requests[0], cost[1] + requests[1]
 
     def _read(self, dataset: int, k: int, digest: str) -> None:
         """Chunk ``k`` of ``dataset`` gave bytes of ``digest``: the same as ever, or an error."""
@@ -296,7 +300,8 @@ class ChunkStreams:
         the replay then records their XXH3."""
         old = []
         for dataset, k, digest in digests:
-            if self.plan.chunk(dataset, self.lane, k) is None:
+            chunk = self.plan.chunk(dataset, self.lane, k)
+            if chunk is None:
                 raise ValueError(
                     f"lane {self.lane}: the state holds the digest of chunk {k} of dataset "
                     f"{self.plan.source.names[dataset]!r}, which the lane does not have"
@@ -304,16 +309,14 @@ class ChunkStreams:
             if digest.startswith("xxh3:"):
                 self._read(dataset, k, digest)
             else:
-                old.append((dataset, k, digest))
+                old.append((dataset, k, chunk, digest))
         if old:
             log.info("zephon: lane %d: reading %d chunks to check the SHA-256 digests its state holds "
                      "(saved before chunk digests were XXH3)", self.lane, len(old))  # fmt: skip
-        for dataset, k, digest in old:
+        for dataset, k, chunk, digest in old:
             source, requests = self.plan.source.datasets[dataset], Requests()
-            chunk = self.plan.chunk(dataset, self.lane, k)
             now = source.read_chunk(chunk, self.io, requests, digest="sha256").digest
-            cost = self.requests[dataset]
-            cost[0], cost[1] = cost[0] + requests.requests, cost[1] + requests.bytes
+            self._count(dataset, requests.as_tuple())
             if now != digest:
                 raise changed(self._where(dataset, k), digest, now, "the checkpoint's state holds it")
 
