@@ -40,6 +40,11 @@ from typing import Any
 
 import numpy as np
 
+try:  # the take by fixed shares, compiled (setup.py): the same pieces as _take_by_shares
+    from zephon.work._shares import take_by_shares as _compiled
+except ImportError:  # not built (no C compiler at install): the Python below
+    _compiled = None
+
 UNITS = ("documents", "tokens")
 
 
@@ -228,7 +233,8 @@ class Mixer:
     ):
         if rule.unit not in UNITS:
             raise ValueError(f"mixture unit {rule.unit!r}: expected one of {UNITS}")
-        self.names, self.shares, self.unit, self.fetch = rule.names, rule.shares, rule.unit, fetch
+        self.names, self.shares, self.unit, self.fetch = rule.names, list(rule.shares), rule.unit, fetch
+        self.compiled = _compiled  # None: every take in Python (tests compare the two)
         self.schedule = rule.schedule  # a LaneSchedule (zephon.work.schedule), or None for fixed shares
         self.chunks = [p.chunk for p in state.positions]
         self.offsets = [p.offset for p in state.positions]
@@ -297,8 +303,20 @@ class Mixer:
         elif self.schedule is not None:  # one piece at a time: runs are worked out for fixed shares
             upcoming = [self._next_units(e, limit) for e in range(len(self.shares))]
             piece = self._cut(pick_scheduled(self.schedule, self.used, upcoming), limit, False)
-        else:
+        elif self.compiled is None:
             return self._take_by_shares(limit, runs)
+        else:
+            try:
+                d, doc, start, stop, past_end = self.compiled(
+                    self.bounds, self.docs, self.offsets, self.used, self.shares, self.hints, limit, runs,
+                    self.unit == "tokens",
+                )  # fmt: skip
+            except OverflowError:  # a count past 2**62 (before it changed anything): Python's ints
+                return self._take_by_shares(limit, runs)
+            piece = Piece(d, self.heads[d], doc, start, stop)
+            if past_end:
+                self._settle(d)
+            return piece
         self._advance(piece.dataset, piece)
         return piece
 

@@ -1,0 +1,105 @@
+"""The compiled take by fixed shares (``zephon/work/_shares.c``) takes exactly the pieces the
+Python one takes, and leaves the same state: on generated mixtures (shares, units, document
+lengths, empty chunks, limits, runs), on ties, and past its 64-bit range, where the Python takes
+over."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.mixing import chunks as _chunks
+from support.mixing import from_record as _from_record
+
+from zephon.work import Mixer, MixRule, MixState, Position, mixture
+from zephon.work.mixture import normalize
+
+
+def test_the_compiled_take_is_built():
+    # the install builds it (setup.py); without it every comparison below compares Python with itself
+    assert mixture._compiled is not None, (
+        "zephon.work._shares was not built: pip install -e . needs a C compiler"
+    )
+
+
+def _mixer(streams, shares, unit, compiled: bool, state=None) -> Mixer:
+    def fetch(d, k, skip):
+        return _from_record(streams[d][k], skip) if k < len(streams[d]) else None
+
+    names = [f"d{i}" for i in range(len(streams))]
+    mixer = Mixer(
+        MixRule(names, shares, unit), fetch, state or MixState.start(len(streams)), [8] * len(streams)
+    )
+    mixer.compiled = mixture._compiled if compiled else None
+    return mixer
+
+
+def _takes(mixer: Mixer, limits: list[int], runs: bool, row_len: int | None) -> list:
+    """Each piece as numbers and the state after it, until the mixer ends or ``limits`` run out;
+    with ``row_len``, each limit is the room left in a row (as the wrap packer asks)."""
+    out, filled = [], 0
+    for limit in limits:
+        if row_len is not None:
+            limit = row_len - filled % row_len
+        piece = mixer.take(limit, runs=runs)
+        if piece is None:
+            out.append(None)
+            break
+        filled += len(piece)
+        out.append((piece.dataset, piece.doc, piece.start, piece.stop, mixer.state.to_json()))
+    return out
+
+
+lengths = st.one_of(st.integers(1, 4), st.integers(1, 60), st.integers(1, 900))
+chunk = st.lists(lengths, min_size=0, max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    weights=st.lists(st.floats(0.01, 100), min_size=2, max_size=4),
+    unit=st.sampled_from(["tokens", "documents"]),
+    seed=st.integers(0, 2**31),
+    runs=st.booleans(),
+    row_len=st.sampled_from([None, 1, 7, 64, 2049]),
+    limits=st.lists(st.integers(1, 3000), min_size=1, max_size=300),
+)
+def test_compiled_and_python_takes_give_the_same_pieces_and_state(weights, unit, seed, runs, row_len, limits):
+    rng = np.random.default_rng(seed)
+    scale = rng.choice([3, 40, 600], size=len(weights))
+    streams = [
+        _chunks(
+            d, [list(rng.integers(1, 2 * scale[d], rng.integers(0, 60))) for _ in range(6)], 1 + 10**6 * d
+        )
+        for d in range(len(weights))
+    ]
+    shares = normalize({f"d{i}": w for i, w in enumerate(weights)}, [f"d{i}" for i in range(len(weights))])
+    python = _takes(_mixer(streams, shares, unit, compiled=False), limits, runs, row_len)
+    compiled = _takes(_mixer(streams, shares, unit, compiled=True), limits, runs, row_len)
+    assert compiled == python
+
+
+@pytest.mark.parametrize("unit", ["tokens", "documents"])
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_ties_go_the_same_way_compiled(unit, n):
+    # equal shares, documents of one length: keys tie at almost every take
+    streams = [_chunks(d, [[4] * 50, [], [4] * 30], first_token=1 + 1000 * d) for d in range(n)]
+    limits = [10**6] * 2000
+    for runs, row_len in [(True, 64), (False, 64), (True, None), (False, 3)]:
+        python = _takes(_mixer(streams, [1 / n] * n, unit, compiled=False), limits, runs, row_len)
+        compiled = _takes(_mixer(streams, [1 / n] * n, unit, compiled=True), limits, runs, row_len)
+        assert compiled == python
+        assert python[-1] is None  # to the end of a dataset
+
+
+@pytest.mark.parametrize("unit", ["tokens", "documents"])
+def test_counts_past_64_bits_are_taken_by_the_python(unit):
+    # a state whose counts are past what the compiled take's integers hold: the same pieces, by
+    # the Python (its ints do not overflow), and the counts carry on exactly
+    streams = [_chunks(d, [[5, 9, 300, 2] * 10] * 2, first_token=1 + 1000 * d) for d in range(2)]
+    for used in ([2**62, 2**62 + 7], [3, 2**70]):
+        state = MixState([Position(), Position()], used)
+        python = _takes(_mixer(streams, [0.3, 0.7], unit, False, state.copy()), [100] * 50, True, 64)
+        compiled = _takes(_mixer(streams, [0.3, 0.7], unit, True, state.copy()), [100] * 50, True, 64)
+        assert compiled == python
+        assert max(compiled[-1][4]["used"]) > 2**62
