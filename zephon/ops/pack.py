@@ -36,6 +36,11 @@ from zephon.ops.base import Operator
 from zephon.ops.containers import Patches, RowPatches, Rows
 from zephon.work.mixture import Mixer, Piece
 
+try:  # laying pieces end to end, compiled (setup.py): the same values as laid_end_to_end's Python
+    from zephon.ops._rows import gather as _gather
+except ImportError:  # not built (no C compiler at install)
+    _gather = None
+
 ALGORITHMS = ("wrap", "best_fit")
 
 
@@ -243,18 +248,7 @@ def build_rows(bins: list[list[Piece]], lengths: list[int], row_len: int, pad_id
     filled = [lengths[r] for r in rows]  # each row's tokens, in the order the rows go out
     if any(p.docs.patches is not None for p in pieces):
         return _build_image_rows(pieces, filled, row_len, pad_id)
-    count = len(pieces)
-    tokens = np.concatenate([p.docs.tokens[p.start : p.stop] for p in pieces])
-    positions = np.concatenate([p.docs.token_positions()[p.start : p.stop] for p in pieces])
-    sizes = np.fromiter((p.stop - p.start for p in pieces), np.int64, count)
-    sources = np.repeat(np.fromiter((p.dataset for p in pieces), np.int16, count), sizes)
-    at = np.zeros(count, np.int64)  # where each piece begins, padding left out
-    np.cumsum(sizes[:-1], out=at[1:])
-    starts = positions == 0  # document starts (a cut piece does not start at 0, yet)
-    for i in np.flatnonzero(positions[at]).tolist():  # pieces that continue a cut document
-        p, a = pieces[i], int(at[i])
-        shift = positions[a]
-        positions[a : a + min(p.stop, int(p.docs.offsets[p.doc + 1])) - p.start] -= shift
+    tokens, positions, sources, starts = laid_end_to_end(pieces, sum(filled))
     filled = np.array(filled, np.int64)
     if (filled == row_len).all():
         shape = (n, row_len)
@@ -268,6 +262,30 @@ def build_rows(bins: list[list[Piece]], lengths: list[int], row_len: int, pad_id
     for name, values in zip(Rows.FIELDS, (tokens, positions, sources, starts), strict=True):
         getattr(out, name).reshape(-1)[place] = values
     return out
+
+
+def laid_end_to_end(pieces: list[Piece], total: int) -> tuple[np.ndarray, ...]:
+    """The pieces' tokens end to end (``total`` of them), with their places in their documents
+    (restarting at 0 where a piece continues a cut document), their datasets, and where
+    documents start: compiled (``_rows.c``, the same values) where it was built."""
+    if _gather is not None:
+        out = (np.empty(total, np.int32), np.empty(total, np.int32), np.empty(total, np.int16),
+               np.empty(total, bool))  # fmt: skip
+        _gather(pieces, total, *out)
+        return out
+    count = len(pieces)
+    tokens = np.concatenate([p.docs.tokens[p.start : p.stop] for p in pieces])
+    positions = np.concatenate([p.docs.token_positions()[p.start : p.stop] for p in pieces])
+    sizes = np.fromiter((p.stop - p.start for p in pieces), np.int64, count)
+    sources = np.repeat(np.fromiter((p.dataset for p in pieces), np.int16, count), sizes)
+    at = np.zeros(count, np.int64)  # where each piece begins, padding left out
+    np.cumsum(sizes[:-1], out=at[1:])
+    starts = positions == 0  # document starts (a cut piece does not start at 0, yet)
+    for i in np.flatnonzero(positions[at]).tolist():  # pieces that continue a cut document
+        p, a = pieces[i], int(at[i])
+        shift = positions[a]
+        positions[a : a + min(p.stop, int(p.docs.offsets[p.doc + 1])) - p.start] -= shift
+    return tokens, positions, sources, starts
 
 
 def _build_image_rows(pieces: list[Piece], lengths: list[int], row_len: int, pad_id: int) -> Rows:

@@ -1,0 +1,98 @@
+"""Pieces laid end to end by the compiled gather (``zephon/ops/_rows.c``) hold exactly what the
+Python lays out: tokens, places in their documents (restarting where a piece continues a cut
+document), datasets and document starts; on pieces of generated mixtures, wrapped and best-fit,
+in the order a shuffle puts them, and from chunks read from a record on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.mixing import chunks, from_record
+
+from zephon.ops import pack
+from zephon.ops.containers import Docs
+from zephon.ops.pack import best_fit, by_row, laid_end_to_end, wrap
+from zephon.work import Mixer, MixRule, MixState
+from zephon.work.mixture import Piece
+
+
+def test_the_compiled_gather_is_built():
+    built = pack._gather is not None
+    assert built, "zephon.ops._rows was not built: pip install -e . needs a C compiler"
+
+
+def _both(pieces: list, monkeypatch) -> tuple[tuple, tuple]:
+    total = sum(p.stop - p.start for p in pieces)
+    compiled = laid_end_to_end(pieces, total)
+    with monkeypatch.context() as m:
+        m.setattr(pack, "_gather", None)
+        python = laid_end_to_end(pieces, total)
+    return compiled, python
+
+
+def _assert_same(compiled: tuple, python: tuple) -> None:
+    for a, b in zip(compiled, python, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    n=st.integers(1, 3),
+    row_len=st.sampled_from([1, 5, 64, 700]),
+    algorithm=st.sampled_from(["wrap", "best_fit"]),
+    skip=st.integers(0, 6),
+)
+def test_compiled_and_python_lay_out_the_same_rows(seed, n, row_len, algorithm, skip):
+    rng = np.random.default_rng(seed)
+    streams = []
+    for d in range(n):
+        docs = chunks(
+            d, [list(rng.integers(1, rng.choice([4, 60, 900]), rng.integers(0, 40))) for _ in range(4)]
+        )
+        streams.append(docs)
+
+    def fetch(d, k, record):
+        return from_record(streams[d][k], record + (skip if k == 0 else 0)) if k < len(streams[d]) else None
+
+    names = [f"d{i}" for i in range(n)]
+    mixer = Mixer(
+        MixRule(names, list(rng.dirichlet(np.ones(n))), "tokens"), fetch, MixState.start(n), [8] * n
+    )
+    rows = 6
+    if algorithm == "wrap":
+        pieces, lengths = wrap(mixer, rows, row_len)
+        bins = by_row(pieces, lengths)
+    else:
+        bins = best_fit(mixer, rows, row_len)
+    order = rng.permutation(len(bins)).tolist()  # as build_rows lays them out after a shuffle
+    pieces = [p for r in order for p in bins[r]]
+    if not pieces:
+        return
+    _assert_same(*_both(pieces, pytest.MonkeyPatch()))
+
+
+def test_a_piece_continuing_a_cut_document_counts_its_places_from_zero(monkeypatch):
+    # one document of 10 tokens cut at 4 and 7, and a run of the next two documents after it
+    [docs] = chunks(0, [[10, 3, 2]])
+    pieces = [Piece(0, docs, 0, 4, 7), Piece(0, docs, 0, 7, 15), Piece(0, docs, 0, 0, 4)]
+    compiled, python = _both(pieces, monkeypatch)
+    _assert_same(compiled, python)
+    places = [[0, 1, 2], [0, 1, 2, 0, 1, 2, 0, 1], [0, 1, 2, 3]]  # piece by piece
+    assert compiled[1].tolist() == [x for piece in places for x in piece]
+    assert compiled[3].tolist() == [False] * 3 + [False, False, False, True, False, False, True, False] + [
+        True, False, False, False,
+    ]  # fmt: skip
+
+
+def test_a_chunk_whose_tokens_are_not_int32_is_refused_not_misread():
+    [docs] = chunks(0, [[3, 2]])
+    wrong = Docs(docs.tokens.astype(np.float32), docs.offsets, docs.records, 0)
+    out = (np.empty(3, np.int32), np.empty(3, np.int32), np.empty(3, np.int16), np.empty(3, bool))
+    with pytest.raises(TypeError, match="tokens must be a flat array of 4-byte integers"):
+        pack._gather([Piece(0, wrong, 0, 0, 3)], 3, *out)
+    with pytest.raises(ValueError, match="pieces past total"):
+        pack._gather([Piece(0, docs, 0, 0, 3), Piece(0, docs, 1, 3, 5)], 3, *out)

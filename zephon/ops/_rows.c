@@ -1,0 +1,182 @@
+/* Laying pieces out end to end (zephon.ops.pack.build_rows), compiled: each piece's tokens and
+   places in their documents copied from its chunk, its dataset written over its tokens, the
+   document starts marked, and the places of a piece that continues a cut document counted from
+   0 again, in one pass over the pieces. In Python that was a slice, a list entry and a
+   concatenation per piece per array, about 1.6 us a piece, a fifth of a lane's own work.
+
+   The same values as the Python it stands in for (tests/test_packing_native.py compares them).
+   Built against the stable ABI (Python 3.11 and later), and optional (setup.py). */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define CACHED 16 /* chunks whose arrays are held at once: a lane mixes a few datasets */
+
+typedef struct {
+    PyObject *docs;  /* borrowed: the pieces list holds it */
+    Py_buffer tokens, positions, offsets;
+} Chunk;
+
+typedef struct {
+    Chunk chunks[CACHED];
+    int count, next;
+} Cache;
+
+static int get_array(PyObject *docs, const char *name, Py_ssize_t itemsize, Py_buffer *view) {
+    PyObject *array = PyObject_GetAttrString(docs, name);
+    if (array == NULL) return -1;
+    int failed = PyObject_GetBuffer(array, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT);
+    Py_DECREF(array); /* the view holds the array */
+    if (failed) return -1;
+    const char *f = view->format ? view->format + strlen(view->format) - 1 : "B";
+    int integer = itemsize == 4 ? *f == 'i' : (*f == 'l' || *f == 'q');
+    if (view->itemsize != itemsize || view->ndim != 1 || !integer) {
+        PyErr_Format(PyExc_TypeError, "gather: a chunk's %s must be a flat array of %zd-byte integers", name,
+                     itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static void release(Chunk *c) {
+    PyBuffer_Release(&c->tokens);
+    PyBuffer_Release(&c->positions);
+    PyBuffer_Release(&c->offsets);
+    c->docs = NULL;
+}
+
+/* The arrays of the chunk ``docs`` (its token places made where the worker did not) */
+static Chunk *chunk_of(Cache *cache, PyObject *docs) {
+    for (int i = 0; i < cache->count; i++)
+        if (cache->chunks[i].docs == docs) return &cache->chunks[i];
+    PyObject *made = PyObject_CallMethod(docs, "token_positions", NULL);
+    if (made == NULL) return NULL;
+    Py_DECREF(made);
+    Chunk *c;
+    if (cache->count < CACHED) {
+        c = &cache->chunks[cache->count++];
+    } else {
+        c = &cache->chunks[cache->next];
+        cache->next = (cache->next + 1) % CACHED;
+        release(c);
+    }
+    if (get_array(docs, "tokens", 4, &c->tokens) < 0) return NULL;
+    if (get_array(docs, "positions", 4, &c->positions) < 0) {
+        PyBuffer_Release(&c->tokens);
+        return NULL;
+    }
+    if (get_array(docs, "offsets", 8, &c->offsets) < 0) {
+        PyBuffer_Release(&c->tokens);
+        PyBuffer_Release(&c->positions);
+        return NULL;
+    }
+    c->docs = docs;
+    return c;
+}
+
+static int int_attr(PyObject *o, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int writable(PyObject *array, Py_ssize_t itemsize, Py_ssize_t n, Py_buffer *view, const char *what) {
+    if (PyObject_GetBuffer(array, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return -1;
+    if (view->itemsize != itemsize || view->len != n * itemsize) {
+        PyErr_Format(PyExc_ValueError, "gather: %s must hold %zd items of %zd bytes", what, n, itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* gather(pieces, total, tokens, positions, sources, starts): see the file's comment; the output
+   arrays hold ``total`` items each (int32, int32, int16, bool), the pieces' tokens summed. */
+static PyObject *gather(PyObject *self, PyObject *args) {
+    PyObject *pieces, *outs[4];
+    Py_ssize_t total;
+    if (!PyArg_ParseTuple(args, "O!nOOOO", &PyList_Type, &pieces, &total, &outs[0], &outs[1], &outs[2],
+                          &outs[3]))
+        return NULL;
+    static const Py_ssize_t sizes[4] = {4, 4, 2, 1};
+    static const char *names[4] = {"tokens", "positions", "sources", "starts"};
+    Py_buffer out[4];
+    int held = 0;
+    for (; held < 4; held++)
+        if (writable(outs[held], sizes[held], total, &out[held], names[held]) < 0) break;
+    PyObject *result = NULL;
+    Cache cache = {.count = 0, .next = 0};
+    PyObject *s_dataset = NULL, *s_docs = NULL, *s_doc = NULL, *s_start = NULL, *s_stop = NULL;
+    if (held < 4) goto done;
+    s_dataset = PyUnicode_InternFromString("dataset");
+    s_docs = PyUnicode_InternFromString("docs");
+    s_doc = PyUnicode_InternFromString("doc");
+    s_start = PyUnicode_InternFromString("start");
+    s_stop = PyUnicode_InternFromString("stop");
+    if (!s_dataset || !s_docs || !s_doc || !s_start || !s_stop) goto done;
+    int32_t *tokens = out[0].buf, *positions = out[1].buf;
+    int16_t *sources = out[2].buf;
+    uint8_t *starts = out[3].buf;
+    Py_ssize_t at = 0, n = PyList_Size(pieces);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *piece = PyList_GetItem(pieces, i);
+        long long dataset, doc, start, stop;
+        if (piece == NULL || int_attr(piece, s_dataset, &dataset) < 0 || int_attr(piece, s_doc, &doc) < 0 ||
+            int_attr(piece, s_start, &start) < 0 || int_attr(piece, s_stop, &stop) < 0)
+            goto done;
+        PyObject *docs = PyObject_GetAttr(piece, s_docs);
+        if (docs == NULL) goto done;
+        Chunk *c = chunk_of(&cache, docs);
+        Py_DECREF(docs); /* the piece holds it */
+        if (c == NULL) goto done;
+        Py_ssize_t size = (Py_ssize_t)(stop - start), chunk_len = c->tokens.len / 4;
+        if (start < 0 || size < 0 || stop > chunk_len || c->positions.len / 4 != chunk_len ||
+            doc < 0 || doc + 1 >= c->offsets.len / 8 || at + size > total) {
+            PyErr_SetString(PyExc_ValueError, "gather: a piece lies outside its chunk, or the pieces past total");
+            goto done;
+        }
+        const int32_t *from = (const int32_t *)c->positions.buf + start;
+        memcpy(tokens + at, (const int32_t *)c->tokens.buf + start, (size_t)size * 4);
+        for (Py_ssize_t k = 0; k < size; k++) {
+            positions[at + k] = from[k];
+            starts[at + k] = from[k] == 0;
+            sources[at + k] = (int16_t)dataset;
+        }
+        if (size > 0 && from[0] != 0) { /* it continues a cut document: its places from 0 */
+            long long doc_end = ((const int64_t *)c->offsets.buf)[doc + 1];
+            Py_ssize_t cut = (Py_ssize_t)((stop < doc_end ? stop : doc_end) - start);
+            int32_t shift = from[0];
+            for (Py_ssize_t k = 0; k < cut; k++) positions[at + k] -= shift;
+        }
+        at += size;
+    }
+    if (at != total) {
+        PyErr_SetString(PyExc_ValueError, "gather: the pieces hold fewer tokens than total");
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < cache.count; i++)
+        if (cache.chunks[i].docs != NULL) release(&cache.chunks[i]);
+    for (int i = 0; i < held; i++) PyBuffer_Release(&out[i]);
+    Py_XDECREF(s_dataset);
+    Py_XDECREF(s_docs);
+    Py_XDECREF(s_doc);
+    Py_XDECREF(s_start);
+    Py_XDECREF(s_stop);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"gather", gather, METH_VARARGS, "build_rows' pieces laid end to end, compiled (see zephon.ops.pack)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rows", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__rows(void) { return PyModule_Create(&module); }
