@@ -5,16 +5,21 @@ in the order a shuffle puts them, and from chunks read from a record on."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.mixing import chunks, from_record
 
+from zephon import Dataset, MixtureWorkSource, Pipeline, lanes
 from zephon.ops import pack
 from zephon.ops.containers import Docs
 from zephon.ops.pack import best_fit, by_row, laid_end_to_end, wrap
-from zephon.work import Mixer, MixRule, MixState
+from zephon.testing import drain
+from zephon.testing.data import real_text_corpora
+from zephon.work import Mixer, MixRule, MixState, mixture
 from zephon.work.mixture import Piece
 
 
@@ -96,3 +101,25 @@ def test_a_chunk_whose_tokens_are_not_int32_is_refused_not_misread():
         pack._gather([Piece(0, wrong, 0, 0, 3)], 3, *out)
     with pytest.raises(ValueError, match="pieces past total"):
         pack._gather([Piece(0, docs, 0, 0, 3), Piece(0, docs, 1, 3, 5)], 3, *out)
+
+
+def test_a_pipeline_without_its_compiled_parts_gives_the_same_batches_and_says_so(
+    tmp_path, gpt2, monkeypatch, caplog
+):
+    files = {name: path for name, (path, _) in real_text_corpora(str(tmp_path)).items()}
+
+    def digests() -> list[str]:
+        datasets = [Dataset.from_path(name, path, exhausted="repeat") for name, path in files.items()]
+        shares = {"verses": 0.4, "chapters": 0.35, "code": 0.25}
+        source = MixtureWorkSource(datasets, shares, unit="tokens", seed=3)
+        p = Pipeline(source).options(num_lanes=3).tokenize(gpt2).pack_flat(511).shuffle(64, seed=3).batch(4)
+        return [b.digest() for b in drain(p, 90)]
+
+    compiled = digests()
+    monkeypatch.setattr(mixture, "_compiled", None)
+    monkeypatch.setattr(pack, "_gather", None)
+    monkeypatch.setattr(lanes, "_SAID_PYTHON", [])
+    with caplog.at_level(logging.WARNING, logger="zephon.lanes"):
+        python = digests()
+    assert python == compiled
+    assert "zephon.work._shares and zephon.ops._rows not built" in caplog.text

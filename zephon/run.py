@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from zephon.batch import Batch
 from zephon.digests import ChunkDigests
 from zephon.fingerprint import check_restore
-from zephon.lanes import ChunkStreams, Made, Pace, ReadAhead, lane_batches
+from zephon.lanes import ChunkStreams, Made, Pace, ReadAhead, lane_batches, say_if_not_compiled
 from zephon.runners import LaneDriver, get_runner
 from zephon.runners.reaper import close_when_dropped
 from zephon.spec import RunSpec
@@ -150,6 +150,7 @@ class _Delivery:
         requests: list,
     ):
         opts = spec.options
+        say_if_not_compiled()
         self.names, self.runner = spec.source.names, get_runner(opts.runner)
         lane_ops = spec.lane_ops()
         work, parallelism = spec.chunk_work()
