@@ -1,9 +1,10 @@
-"""The compiled parts, both optional: the mixer's take by fixed shares (zephon/work/_shares.c)
-and laying pieces out end to end in rows (zephon/ops/_rows.c).
+"""The compiled parts, all optional: the mixer's take by fixed shares (zephon/work/_shares.c),
+laying pieces out end to end in rows (zephon/ops/_rows.c) and a chunk's documents with their
+special tokens (zephon/ops/_docs.c).
 
 Built against Python's stable ABI (3.11 on), so one wheel serves every later Python. Where it
 cannot be built (no C compiler), the install goes on without them and the lane runs their Python,
-which gives the same values (tests/test_mixer_native.py and test_packing_native.py compare them).
+which gives the same values (tests/test_*_native.py compare them).
 """
 
 import sys
@@ -26,6 +27,6 @@ def compiled(name: str) -> Extension:
 
 
 setup(
-    ext_modules=[compiled("zephon.work._shares"), compiled("zephon.ops._rows")],
+    ext_modules=[compiled(name) for name in ("zephon.work._shares", "zephon.ops._rows", "zephon.ops._docs")],
     options={"bdist_wheel": {"py_limited_api": "cp311"}},
 )

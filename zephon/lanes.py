@@ -28,7 +28,7 @@ from zephon.digests import ChunkDigests, changed
 from zephon.errors import with_context
 from zephon.io import Chunk
 from zephon.io.remote import Requests
-from zephon.ops import BatchRows, Images, PackFlat, Shuffle, WorkOperator, pack
+from zephon.ops import BatchRows, Images, PackFlat, Shuffle, WorkOperator, pack, tokenize
 from zephon.ops.containers import RowPatches
 from zephon.runners import Executor
 from zephon.state import LaneState
@@ -39,16 +39,18 @@ _SAID_PYTHON: list[str] = []  # the compiled parts found missing, said once a pr
 
 
 def say_if_not_compiled() -> None:
-    """Warns, once a process, where the lane's compiled parts (``setup.py``) were not built: the
-    lane then runs their Python, which gives the same batches at about half the lane's speed."""
-    parts = {"zephon.work._shares": mixture._compiled, "zephon.ops._rows": pack._gather}
+    """Warns, once a process, where the compiled parts (``setup.py``) were not built: their
+    Python runs instead, which gives the same batches for more CPU a token (the lane's own work
+    about twice as much)."""
+    parts = {"zephon.work._shares": mixture._compiled, "zephon.ops._rows": pack._gather,
+             "zephon.ops._docs": tokenize._lay_out}  # fmt: skip
     missing = [name for name, part in parts.items() if part is None]
     if missing and not _SAID_PYTHON:
         _SAID_PYTHON.extend(missing)
         log.warning(
-            "zephon: %s not built (no C compiler at install?): the lane runs their Python, the same "
-            "batches at about half its speed; reinstall zephon where a C compiler is present",
-            " and ".join(missing),
+            "zephon: %s not built (no C compiler at install?): their Python runs instead, the same "
+            "batches for more CPU a token; reinstall zephon where a C compiler is present",
+            ", ".join(missing),
         )
 
 

@@ -10,6 +10,11 @@ from zephon.io.tokenizer import TextTokenizer, load_tokenizer
 from zephon.ops.base import WorkOperator
 from zephon.ops.containers import Docs, Patches, RecordBlock
 
+try:  # documents laid out with their special tokens and places, compiled (setup.py): the same values
+    from zephon.ops._docs import lay_out as _lay_out
+except ImportError:  # not built (no C compiler at install)
+    _lay_out = None
+
 # One document's text at most, in characters (8 Mi: longer than any book): a tokenizer needs
 # about 160 bytes of memory per character of one text, and a single document this long is
 # almost always a broken record.
@@ -118,9 +123,10 @@ class Tokenize(WorkOperator):
                 images, counts = [x for x, k in zip(images, keep, strict=True) if k], counts[keep]
         bos, eos = tok.bos_id if self.add_bos else None, tok.eos_id if self.add_eos else None
         if images is None or not counts.any():
-            tokens, offsets = _with_special(ids, lengths, bos, eos)
-            docs = Docs(tokens, offsets, block.numbers[keep], block.dataset, counters, block.skipped)
-            docs.token_positions()  # here, on the workers, not in the lane
+            tokens, offsets, positions = _documents(ids, lengths, bos, eos)
+            docs = Docs(tokens, offsets, block.numbers[keep], block.dataset, counters, block.skipped,
+                        positions=positions)  # fmt: skip
+            docs.token_positions()  # here, on the workers, not in the lane (where not laid out yet)
             return docs
         tokens, offsets, mask = _with_images(ids, lengths, counts, self.image_id, bos, eos)
         patch_at = np.zeros(len(tokens) + 1, np.int64)
@@ -248,6 +254,20 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     before = np.zeros(len(counts), np.int64)
     np.cumsum(counts[:-1], out=before[1:])
     return np.repeat(starts - before, counts) + np.arange(total)
+
+
+def _documents(ids: np.ndarray, lengths: np.ndarray, bos: int | None, eos: int | None):
+    """``_with_special``'s (tokens, offsets) and each token's place in its document, in one pass
+    where the compiled lay-out (``_docs.c``) was built; else the places are None (made by
+    ``Docs.token_positions``)."""
+    if _lay_out is None:
+        return (*_with_special(ids, lengths, bos, eos), None)
+    extra = (bos is not None) + (eos is not None)
+    tokens = np.empty(len(ids) + len(lengths) * extra, np.int32)
+    offsets, positions = np.empty(len(lengths) + 1, np.int64), np.empty(len(tokens), np.int32)
+    ids, lengths = np.ascontiguousarray(ids, np.int32), np.ascontiguousarray(lengths, np.int64)
+    _lay_out(ids, lengths, -1 if bos is None else bos, -1 if eos is None else eos, tokens, offsets, positions)
+    return tokens, offsets, positions
 
 
 def _with_special(ids: np.ndarray, lengths: np.ndarray, bos: int | None, eos: int | None):
