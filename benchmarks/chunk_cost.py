@@ -11,9 +11,9 @@ run that loads the tokenizer (so its load, and the reference tokenizer's first c
 out).
 
 The native floor: the parts that are one call into compiled code (the tokenizer, msgspec, the
-digest, the read) add up to what a lane that did nothing else would take; its inverse bounds one
-inline lane's tokens/s however its Python is written. ``lane_cost.py`` measures the lane's own
-work alone, over kept chunk results.
+digest, the read, the documents' layout) add up to what a lane that did nothing else would take;
+its inverse bounds one inline lane's tokens/s however its Python is written. ``lane_cost.py``
+measures the lane's own work alone, over kept chunk results.
 
     python benchmarks/chunk_cost.py [--tokens 30000000 --reps 5 --copies 1]
 """
@@ -39,6 +39,7 @@ NATIVE = [
     ("read: content digest (XXH3-64)", "zephon.io.formats.lines", "content_digest"),
     ("read: JSON lines, msgspec", "zephon.io.formats.lines", "_LINES"),
     ("tokenize: the tokenizer's call", "zephon.io.fast_tokenizer", "_flat"),
+    ("tokenize: documents laid out, BOS/EOS and places (_docs.c)", "zephon.ops.tokenize", "_lay_out"),
 ]
 WHOLE = "chunk work, all of it"
 
@@ -51,6 +52,8 @@ def _wrap(totals: dict, label: str, module: str, attribute: str) -> None:
     for part in path:
         owner = getattr(owner, part)
     inner = getattr(owner, name)
+    if inner is None:  # a compiled part (setup.py) not built
+        raise SystemExit(f"{module}.{attribute} is not built: pip install -e . where a C compiler is present")
 
     def timed(*args, **kwargs):
         start = time.perf_counter()
@@ -101,7 +104,7 @@ def report(runs: list[dict], args) -> list[str]:
     native = sum(med[label] for label, _, _ in NATIVE)
     rows = [(f"{label} (native)", med[label]) for label, _, _ in NATIVE]
     rows += [
-        ("the rest of the chunk work: checks, fields, BOS/EOS, positions, bookkeeping", chunk - native),
+        ("the rest of the chunk work: checks, fields, lengths, bookkeeping", chunk - native),
         ("outside the chunk work: mixing, packing, batches, the loop", wall - chunk),
     ]
     lines = [
