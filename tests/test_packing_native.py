@@ -28,6 +28,12 @@ def test_the_compiled_gather_is_built():
     assert built, "zephon.ops._rows was not built: pip install -e . needs a C compiler"
 
 
+# the rest compares the compiled part with its twin: without it, the test above says why
+needs_compiled = pytest.mark.skipif(
+    pack._gather is None, reason="zephon.ops._rows not built: see the test above"
+)
+
+
 def _both(pieces: list, monkeypatch) -> tuple[tuple, tuple]:
     total = sum(p.stop - p.start for p in pieces)
     compiled = laid_end_to_end(pieces, total)
@@ -43,6 +49,7 @@ def _assert_same(compiled: tuple, python: tuple) -> None:
         np.testing.assert_array_equal(a, b)
 
 
+@needs_compiled
 @settings(max_examples=80, deadline=None)
 @given(
     seed=st.integers(0, 2**31),
@@ -80,6 +87,7 @@ def test_compiled_and_python_lay_out_the_same_rows(seed, n, row_len, algorithm, 
     _assert_same(*_both(pieces, pytest.MonkeyPatch()))
 
 
+@needs_compiled
 def test_a_piece_continuing_a_cut_document_counts_its_places_from_zero(monkeypatch):
     # one document of 10 tokens cut at 4 and 7, and a run of the next two documents after it
     [docs] = chunks(0, [[10, 3, 2]])
@@ -93,6 +101,7 @@ def test_a_piece_continuing_a_cut_document_counts_its_places_from_zero(monkeypat
     ]  # fmt: skip
 
 
+@needs_compiled
 def test_a_chunk_whose_tokens_are_not_int32_is_refused_not_misread():
     [docs] = chunks(0, [[3, 2]])
     wrong = Docs(docs.tokens.astype(np.float32), docs.offsets, docs.records, 0)
