@@ -112,3 +112,48 @@ def test_counts_past_64_bits_are_taken_by_the_python(unit):
         compiled = _takes(_mixer(streams, [0.3, 0.7], unit, True, state.copy()), [100] * 50, True, 64)
         assert compiled == python
         assert max(compiled[-1][4]["used"]) > 2**62
+
+
+def _filled(mixer: Mixer, windows: list[int], row_len: int) -> list:
+    """The wrap packer's pieces window after window (``windows``: rows in each), as numbers, with
+    the state after each window."""
+    out = []
+    for rows in windows:
+        pieces: list = []
+        filled = mixer.fill(pieces, 0, rows * row_len, row_len)
+        taken = [(p.dataset, p.doc, p.start, p.stop, int(p.docs.tokens[p.start])) for p in pieces]
+        out.append((taken, filled))
+        out.append(mixer.state.to_json())
+    return out
+
+
+@needs_compiled
+@settings(max_examples=100, deadline=None)
+@given(
+    weights=st.lists(st.floats(0.01, 100), min_size=2, max_size=4),
+    unit=st.sampled_from(["tokens", "documents"]),
+    seed=st.integers(0, 2**31),
+    row_len=st.sampled_from([1, 7, 64, 2049]),
+    windows=st.lists(st.integers(1, 12), min_size=1, max_size=12),
+)
+def test_the_compiled_wrap_fills_rows_with_the_pieces_the_takes_give(weights, unit, seed, row_len, windows):
+    rng = np.random.default_rng(seed)
+    names = [f"d{i}" for i in range(len(weights))]
+    streams = []
+    for d in range(len(weights)):
+        docs = [list(rng.integers(1, rng.choice([3, 40, 600]), rng.integers(0, 50))) for _ in range(5)]
+        streams.append(_chunks(d, docs, first_token=1 + 10**6 * d))
+    shares = normalize(dict(zip(names, weights, strict=True)), names)
+    python = _filled(_mixer(streams, shares, unit, compiled=False), windows, row_len)
+    compiled = _filled(_mixer(streams, shares, unit, compiled=True), windows, row_len)
+    assert compiled == python
+
+
+@needs_compiled
+def test_the_compiled_wrap_hands_counts_past_64_bits_to_the_python():
+    streams = [_chunks(d, [[5, 9, 300, 2] * 10] * 2, first_token=1 + 1000 * d) for d in range(2)]
+    state = MixState([Position(), Position()], [2**62 - 100, 2**62 - 90])
+    python = _filled(_mixer(streams, [0.5, 0.5], "tokens", False, state.copy()), [4, 4, 4], 64)
+    compiled = _filled(_mixer(streams, [0.5, 0.5], "tokens", True, state.copy()), [4, 4, 4], 64)
+    assert compiled == python
+    assert max(compiled[1]["used"]) > 2**62  # one crossed the line inside the first window

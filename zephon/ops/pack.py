@@ -139,13 +139,8 @@ def wrap(mixer: Mixer, rows: int, row_len: int, most: int | None = None) -> tupl
     row is closed at ``most`` pieces."""
     if most is not None:
         return _wrap_bounded(mixer, rows, row_len, most)
-    pieces, filled, want = [], 0, rows * row_len
-    while filled < want:
-        piece = mixer.take(row_len - filled % row_len, runs=True)
-        if piece is None:
-            break
-        pieces.append(piece)
-        filled += piece.stop - piece.start
+    pieces: list[Piece] = []
+    filled = mixer.fill(pieces, 0, rows * row_len, row_len)
     lengths = [row_len] * (filled // row_len) + ([filled % row_len] if filled % row_len else [])
     return pieces, lengths
 

@@ -160,49 +160,47 @@ static int first_false(const Run *r, long long n, long long guess, long long *ou
 
 static long long min_ll(long long a, long long b) { return a < b ? a : b; }
 
-/* take_by_shares(bounds, docs, offsets, used, shares, hints, limit, runs, tokens)
-   -> (dataset, doc, start, stop, past_end): Mixer._take_by_shares, the piece as numbers; docs,
-   offsets, used and hints are updated in place, and past_end says the dataset's position is past
-   its chunk's last document (the caller settles it). */
-static PyObject *take_by_shares(PyObject *self, PyObject *args) {
-    PyObject *bounds, *docs, *offsets, *used, *shares, *hints;
-    long long limit;
-    int runs, tokens;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!Lpp", &PyList_Type, &bounds, &PyList_Type, &docs,
-                          &PyList_Type, &offsets, &PyList_Type, &used, &PyList_Type, &shares,
-                          &PyList_Type, &hints, &limit, &runs, &tokens))
-        return NULL;
-    Py_ssize_t n = PyList_Size(shares);
-    if (n < 2 || PyList_Size(bounds) != n || PyList_Size(docs) != n || PyList_Size(offsets) != n ||
-        PyList_Size(used) != n || PyList_Size(hints) != n) {
-        PyErr_SetString(PyExc_ValueError, "take_by_shares: one entry per dataset, two or more datasets");
-        return NULL;
-    }
-    long long *left = malloc(sizeof(long long) * n);
-    Other *others = malloc(sizeof(Other) * n);
-    PyObject *result = NULL;
-    if (left == NULL || others == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
+typedef struct {
+    PyObject *bounds, *docs, *offsets, *used, *shares, *hints; /* lists, one entry per dataset */
+    Py_ssize_t n;
+    int tokens;
+    long long *left; /* scratch: n entries */
+    Other *others;   /* scratch: n entries */
+} Mix;
+
+typedef struct {
+    Py_ssize_t dataset;
+    long long doc, start, stop;
+    int past_end; /* the dataset's position is past its chunk's last document: settle it */
+} Taken;
+
+/* One take, as Mixer._take_by_shares: the piece as numbers; docs, offsets, used and hints of
+   ``m`` updated in place. 0, or -1 with an exception set (OverflowError before any change). */
+static int take_one(const Mix *m, long long limit, int runs, Taken *out) {
+    PyObject *bounds = m->bounds, *docs = m->docs, *offsets = m->offsets, *used = m->used;
+    PyObject *shares = m->shares, *hints = m->hints;
+    Py_ssize_t n = m->n;
+    int tokens = m->tokens;
+    long long *left = m->left;
+    Other *others = m->others;
     Py_ssize_t best = 0;
     double best_key = 0.0;
     for (Py_ssize_t e = 0; e < n; e++) {
         PyObject *b = PyList_GetItem(bounds, e);
         long long doc, off, u, lo, hi;
         if (b == NULL || item(docs, e, &doc) < 0 || item(offsets, e, &off) < 0 || item(used, e, &u) < 0)
-            goto done;
+            return -1;
         if (u > LARGEST) {  /* before anything changed: the caller takes it in Python */
             PyErr_SetString(PyExc_OverflowError, "take_by_shares: a count of units past 2**62");
-            goto done;
+            return -1;
         }
         if (!PyList_Check(b)) {
             PyErr_SetString(PyExc_TypeError, "take_by_shares: a dataset's bounds must be a list");
-            goto done;
+            return -1;
         }
-        if (item(b, (Py_ssize_t)doc, &lo) < 0 || item(b, (Py_ssize_t)doc + 1, &hi) < 0) goto done;
+        if (item(b, (Py_ssize_t)doc, &lo) < 0 || item(b, (Py_ssize_t)doc + 1, &hi) < 0) return -1;
         double share = PyFloat_AsDouble(PyList_GetItem(shares, e));
-        if (share == -1.0 && PyErr_Occurred()) goto done;
+        if (share == -1.0 && PyErr_Occurred()) return -1;
         long long rem = hi - lo - off;
         left[e] = rem;
         double units = tokens ? (double)min_ll(rem, limit) / 2.0 : (off == 0 ? 0.5 : 0.0);
@@ -215,24 +213,24 @@ static PyObject *take_by_shares(PyObject *self, PyObject *args) {
     long long doc, off, u, lo, stop;
     if (item(docs, d, &doc) < 0 || item(offsets, d, &off) < 0 || item(used, d, &u) < 0 ||
         item(b, (Py_ssize_t)doc, &lo) < 0 || item(b, (Py_ssize_t)doc + 1, &stop) < 0)
-        goto done;
+        return -1;
     long long start = lo + off;
     if (stop - start >= limit) {
         stop = start + limit;
     } else if (runs && doc + 2 < nb) {  /* Mixer._run_end */
         double share = PyFloat_AsDouble(PyList_GetItem(shares, d));
-        if (share == -1.0 && PyErr_Occurred()) goto done;
+        if (share == -1.0 && PyErr_Occurred()) return -1;
         long long first = doc + 1, here;
-        if (item(b, (Py_ssize_t)first, &here) < 0) goto done;
+        if (item(b, (Py_ssize_t)first, &here) < 0) return -1;
         long long space = limit - here + start;
         double lowest = INFINITY;
         Py_ssize_t count = 0;
         for (Py_ssize_t e = 0; e < n; e++) {
             if (e == d) continue;
             long long ue, oe;
-            if (item(used, e, &ue) < 0 || item(offsets, e, &oe) < 0) goto done;
+            if (item(used, e, &ue) < 0 || item(offsets, e, &oe) < 0) return -1;
             double s = PyFloat_AsDouble(PyList_GetItem(shares, e));
-            if (s == -1.0 && PyErr_Occurred()) goto done;
+            if (s == -1.0 && PyErr_Occurred()) return -1;
             Other *o = &others[count++];
             o->lower = e < d, o->u = (double)ue, o->s = s;
             o->rem_tokens = left[e];
@@ -247,40 +245,128 @@ static PyObject *take_by_shares(PyObject *self, PyObject *args) {
         if (tokens) {
             Py_ssize_t at;
             if (bisect_left_f(b, lowest * share - (double)u + (double)start, (Py_ssize_t)first, nb, &at) < 0)
-                goto done;
+                return -1;
             guess = (long long)at - first - 1;
         } else if (item(hints, d, &guess) < 0) {
-            goto done;
+            return -1;
         }
-        if (first_false(&r, nb - 1 - first, guess, &k) < 0 || set_item(hints, d, k) < 0) goto done;
+        if (first_false(&r, nb - 1 - first, guess, &k) < 0 || set_item(hints, d, k) < 0) return -1;
         long long end;
-        if (item(b, (Py_ssize_t)(first + k), &end) < 0) goto done;
+        if (item(b, (Py_ssize_t)(first + k), &end) < 0) return -1;
         stop = end < start + limit ? end : start + limit;
     }
     Py_ssize_t last;
-    if (bisect_right(b, stop, 0, nb, &last) < 0) goto done;
+    if (bisect_right(b, stop, 0, nb, &last) < 0) return -1;
     last -= 1;
     if (tokens) {
         u += stop - start;
     } else {
         Py_ssize_t begun;
-        if (bisect_left(b, stop, 0, nb - 1, &begun) < 0) goto done;
+        if (bisect_left(b, stop, 0, nb - 1, &begun) < 0) return -1;
         u += (long long)begun - doc - (off > 0);
     }
     long long at_last;
-    if (item(b, last, &at_last) < 0) goto done;
+    if (item(b, last, &at_last) < 0) return -1;
     if (set_item(used, d, u) < 0 || set_item(docs, d, last) < 0 || set_item(offsets, d, stop - at_last) < 0)
-        goto done;
-    result = Py_BuildValue("nLLLO", d, doc, start, stop, last >= nb - 1 ? Py_True : Py_False);
+        return -1;
+    out->dataset = d, out->doc = doc, out->start = start, out->stop = stop, out->past_end = last >= nb - 1;
+    return 0;
+}
+
+/* The mixer's lists checked, and its scratch made: 0, or -1 with an exception set */
+static int mix_of(Mix *m, PyObject *bounds, PyObject *docs, PyObject *offsets, PyObject *used,
+                  PyObject *shares, PyObject *hints, int tokens) {
+    Py_ssize_t n = PyList_Size(shares);
+    *m = (Mix){bounds, docs, offsets, used, shares, hints, n, tokens, NULL, NULL};
+    if (n < 2 || PyList_Size(bounds) != n || PyList_Size(docs) != n || PyList_Size(offsets) != n ||
+        PyList_Size(used) != n || PyList_Size(hints) != n) {
+        PyErr_SetString(PyExc_ValueError, "take_by_shares: one entry per dataset, two or more datasets");
+        return -1;
+    }
+    m->left = malloc(sizeof(long long) * n);
+    m->others = malloc(sizeof(Other) * n);
+    if (m->left == NULL || m->others == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void mix_free(Mix *m) {
+    free(m->left);
+    free(m->others);
+}
+
+#define MIX_ARGS "O!O!O!O!O!O!"
+#define MIX_PARSED &PyList_Type, &bounds, &PyList_Type, &docs, &PyList_Type, &offsets, &PyList_Type, &used, \
+                   &PyList_Type, &shares, &PyList_Type, &hints
+
+/* take_by_shares(bounds, docs, offsets, used, shares, hints, limit, runs, tokens)
+   -> (dataset, doc, start, stop, past_end): Mixer._take_by_shares, the piece as numbers; docs,
+   offsets, used and hints are updated in place, and past_end says the dataset's position is past
+   its chunk's last document (the caller settles it). */
+static PyObject *take_by_shares(PyObject *self, PyObject *args) {
+    PyObject *bounds, *docs, *offsets, *used, *shares, *hints;
+    long long limit;
+    int runs, tokens;
+    if (!PyArg_ParseTuple(args, MIX_ARGS "Lpp", MIX_PARSED, &limit, &runs, &tokens)) return NULL;
+    Mix m;
+    Taken t;
+    PyObject *result = NULL;
+    if (mix_of(&m, bounds, docs, offsets, used, shares, hints, tokens) == 0 && take_one(&m, limit, runs, &t) == 0)
+        result = Py_BuildValue("nLLLO", t.dataset, t.doc, t.start, t.stop, t.past_end ? Py_True : Py_False);
+    mix_free(&m);
+    return result;
+}
+
+/* wrap_by_shares(bounds, docs, offsets, used, shares, hints, tokens, heads, piece, pieces, filled,
+   want, row_len) -> (filled, settle): pack.wrap's loop over Mixer.take(row_len - filled % row_len,
+   runs=True) while filled < want, each piece made as piece(dataset, heads[dataset], doc, start,
+   stop) and appended to the list pieces; it stops early after a take that leaves a dataset past
+   its chunk (settle: that dataset, else -1), for the caller to settle it and go on. An error
+   (OverflowError: a count past 2**62) leaves the pieces taken so far in pieces. */
+static PyObject *wrap_by_shares(PyObject *self, PyObject *args) {
+    PyObject *bounds, *docs, *offsets, *used, *shares, *hints, *heads, *piece_type, *pieces;
+    int tokens;
+    long long filled, want, row_len;
+    if (!PyArg_ParseTuple(args, MIX_ARGS "pO!OO!LLL", MIX_PARSED, &tokens, &PyList_Type, &heads, &piece_type,
+                          &PyList_Type, &pieces, &filled, &want, &row_len))
+        return NULL;
+    if (row_len < 1) {
+        PyErr_SetString(PyExc_ValueError, "wrap_by_shares: row_len must be positive");
+        return NULL;
+    }
+    Mix m;
+    PyObject *result = NULL;
+    Py_ssize_t settle = -1;
+    if (mix_of(&m, bounds, docs, offsets, used, shares, hints, tokens) < 0) goto done;
+    while (filled < want) {
+        Taken t;
+        if (take_one(&m, row_len - filled % row_len, 1, &t) < 0) goto done;
+        PyObject *head = PyList_GetItem(heads, t.dataset);
+        if (head == NULL) goto done;
+        PyObject *piece = PyObject_CallFunction(piece_type, "nOLLL", t.dataset, head, t.doc, t.start, t.stop);
+        if (piece == NULL) goto done;
+        int failed = PyList_Append(pieces, piece);
+        Py_DECREF(piece);
+        if (failed) goto done;
+        filled += t.stop - t.start;
+        if (t.past_end) {
+            settle = t.dataset;
+            break;
+        }
+    }
+    result = Py_BuildValue("Ln", filled, settle);
 done:
-    free(left);
-    free(others);
+    mix_free(&m);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"take_by_shares", take_by_shares, METH_VARARGS,
      "Mixer._take_by_shares, compiled: (dataset, doc, start, stop, past_end)."},
+    {"wrap_by_shares", wrap_by_shares, METH_VARARGS,
+     "pack.wrap's takes by fixed shares, compiled: (filled, dataset to settle or -1)."},
     {NULL, NULL, 0, NULL},
 };
 

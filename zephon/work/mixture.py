@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 try:  # the take by fixed shares, compiled (setup.py): the same pieces as _take_by_shares
-    from zephon.work._shares import take_by_shares as _compiled
+    from zephon.work import _shares as _compiled
 except ImportError:  # not built (no C compiler at install): the Python below
     _compiled = None
 
@@ -234,7 +234,7 @@ class Mixer:
         if rule.unit not in UNITS:
             raise ValueError(f"mixture unit {rule.unit!r}: expected one of {UNITS}")
         self.names, self.shares, self.unit, self.fetch = rule.names, list(rule.shares), rule.unit, fetch
-        self.compiled = _compiled  # None: every take in Python (tests compare the two)
+        self.compiled = _compiled  # zephon.work._shares, or None: every take in Python (tests compare)
         self.schedule = rule.schedule  # a LaneSchedule (zephon.work.schedule), or None for fixed shares
         self.chunks = [p.chunk for p in state.positions]
         self.offsets = [p.offset for p in state.positions]
@@ -307,7 +307,7 @@ class Mixer:
             return self._take_by_shares(limit, runs)
         else:
             try:
-                d, doc, start, stop, past_end = self.compiled(
+                d, doc, start, stop, past_end = self.compiled.take_by_shares(
                     self.bounds, self.docs, self.offsets, self.used, self.shares, self.hints, limit, runs,
                     self.unit == "tokens",
                 )  # fmt: skip
@@ -319,6 +319,34 @@ class Mixer:
             return piece
         self._advance(piece.dataset, piece)
         return piece
+
+    def fill(self, pieces: list[Piece], filled: int, want: int, row_len: int) -> int:
+        """The wrap packer's takes: while ``filled < want`` tokens and the mixer has not ended,
+        ``take(row_len - filled % row_len, runs=True)``, each piece appended to ``pieces``; the
+        tokens filled after. By fixed shares the loop is compiled (``wrap_by_shares``), with the
+        same pieces: it hands back to settle a dataset whose chunk it used up."""
+        compiled = self.compiled is not None and self.schedule is None and len(self.shares) > 1
+        while filled < want and not self.ended:
+            if compiled:
+                at = len(pieces)
+                try:
+                    filled, settle = self.compiled.wrap_by_shares(
+                        self.bounds, self.docs, self.offsets, self.used, self.shares, self.hints,
+                        self.unit == "tokens", self.heads, Piece, pieces, filled, want, row_len,
+                    )  # fmt: skip
+                except OverflowError:  # a count past 2**62, before that take changed anything
+                    filled += sum(p.stop - p.start for p in pieces[at:])
+                    compiled = False
+                    continue
+                if settle >= 0:
+                    self._settle(settle)
+                continue
+            piece = self.take(row_len - filled % row_len, runs=True)
+            if piece is None:
+                break
+            pieces.append(piece)
+            filled += piece.stop - piece.start
+        return filled
 
     def _take_by_shares(self, limit: int, runs: bool) -> Piece:
         """``take`` for fixed shares and several datasets: :func:`pick`'s keys (the same
