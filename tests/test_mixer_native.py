@@ -157,3 +157,18 @@ def test_the_compiled_wrap_hands_counts_past_64_bits_to_the_python():
     compiled = _filled(_mixer(streams, [0.5, 0.5], "tokens", True, state.copy()), [4, 4, 4], 64)
     assert compiled == python
     assert max(compiled[1]["used"]) > 2**62  # one crossed the line inside the first window
+
+
+@needs_compiled
+def test_the_compiled_take_refuses_what_is_not_an_int_and_limits_under_one_token():
+    # anything but ints could run Python code while the take holds items borrowed from the lists
+    class Index:
+        def __index__(self):
+            return 0
+
+    lists = lambda docs: ([[0, 2, 4], [0, 3]], docs, [0, 0], [0, 0], [0.5, 0.5], [0, 0])  # noqa: E731
+    with pytest.raises(TypeError, match="must be ints"):
+        mixture._compiled.take_by_shares(*lists([Index(), 0]), 3, True, True)
+    with pytest.raises(ValueError, match="at least 1 token"):
+        mixture._compiled.take_by_shares(*lists([0, 0]), 0, True, True)
+    assert mixture._compiled.take_by_shares(*lists([0, 0]), 3, True, True) == (0, 0, 0, 2, False)

@@ -133,3 +133,22 @@ def test_a_pipeline_without_its_compiled_parts_gives_the_same_batches_and_says_s
         python = digests()
     assert python == compiled
     assert "zephon.work._shares, zephon.ops._rows, zephon.ops._docs not built" in caplog.text
+
+
+@needs_compiled
+def test_the_compiled_gather_reads_each_piece_once_whatever_its_attributes_do():
+    # a piece whose chunk is made anew at each read: each made chunk is held while in use, so
+    # another one made at the same address is not taken for it
+    [first, second] = chunks(0, [[4], [4]], first_token=100)
+
+    class Made:
+        def __init__(self, docs):
+            self.dataset, self.doc, self.start, self.stop, self._docs = 0, 0, 0, 4, docs
+
+        @property
+        def docs(self):
+            return Docs(self._docs.tokens.copy(), self._docs.offsets, self._docs.records, 0)
+
+    out = (np.empty(8, np.int32), np.empty(8, np.int32), np.empty(8, np.int16), np.empty(8, bool))
+    pack._gather([Made(first), Made(second)], 8, *out)
+    assert out[0].tolist() == [*first.tokens.tolist(), *second.tokens.tolist()]

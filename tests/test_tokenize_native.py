@@ -64,3 +64,12 @@ def test_lengths_that_do_not_add_up_to_the_ids_are_refused():
         tokenize._lay_out(np.arange(4, dtype=np.int32), lengths, -1, -1, *out)
     with pytest.raises(ValueError, match="not sized"):  # 4 tokens out for 3 ids
         tokenize._lay_out(np.arange(3, dtype=np.int32), lengths, -1, -1, *out)
+
+
+@needs_compiled
+def test_lengths_that_overflow_are_refused_before_anything_is_written():
+    out = (np.empty(2, np.int32), np.empty(3, np.int64), np.empty(2, np.int32))
+    with pytest.raises(ValueError, match="do not add up"):
+        tokenize._lay_out(np.arange(2, dtype=np.int32), np.array([1, 2**63 - 1]), -1, -1, *out)
+    with pytest.raises(ValueError, match="do not add up"):
+        tokenize._lay_out(np.arange(2, dtype=np.int32), np.array([2, -1]), -1, -1, *out)

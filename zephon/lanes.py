@@ -49,7 +49,8 @@ def say_if_not_compiled() -> None:
         _SAID_PYTHON.extend(missing)
         log.warning(
             "zephon: %s not built (no C compiler at install?): their Python runs instead, the same "
-            "batches for more CPU a token; reinstall zephon where a C compiler is present",
+            "batches for more CPU a token; reinstall zephon where a C compiler is present (pip install "
+            "--no-cache-dir --force-reinstall --no-deps, so that pip does not reuse a wheel built without)",
             ", ".join(missing),
         )
 

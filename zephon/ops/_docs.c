@@ -49,14 +49,22 @@ static PyObject *lay_out(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "lay_out: the outputs are not sized for these documents");
         goto done;
     }
-    Py_ssize_t at = 0, from = 0;
+    Py_ssize_t from = 0;
+    int fits = 1;
+    for (Py_ssize_t d = 0; d < docs && fits; d++) { /* the lengths first: the copy has no way out */
+        fits = lengths[d] >= 0 && lengths[d] <= n_ids - from;
+        from += fits ? (Py_ssize_t)lengths[d] : 0;
+    }
+    if (!fits || from != n_ids) {
+        PyErr_SetString(PyExc_ValueError, "lay_out: the lengths do not add up to the ids");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS /* its buffers are held: other threads may run meanwhile */
+    Py_ssize_t at = 0;
+    from = 0;
     offsets[0] = 0;
     for (Py_ssize_t d = 0; d < docs; d++) {
         Py_ssize_t length = (Py_ssize_t)lengths[d], start = at;
-        if (length < 0 || from + length > n_ids) {
-            PyErr_SetString(PyExc_ValueError, "lay_out: the lengths do not add up to the ids");
-            goto done;
-        }
         if (bos >= 0) tokens[at++] = (int32_t)bos;
         memcpy(tokens + at, ids + from, (size_t)length * 4);
         at += length, from += length;
@@ -64,10 +72,7 @@ static PyObject *lay_out(PyObject *self, PyObject *args) {
         offsets[d + 1] = at;
         for (Py_ssize_t k = start; k < at; k++) positions[k] = (int32_t)(k - start);
     }
-    if (from != n_ids) {
-        PyErr_SetString(PyExc_ValueError, "lay_out: the lengths do not add up to the ids");
-        goto done;
-    }
+    Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
     for (int i = 0; i < held; i++) PyBuffer_Release(&b[i]);

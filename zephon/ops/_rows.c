@@ -15,7 +15,7 @@
 #define CACHED 16 /* chunks whose arrays are held at once: a lane mixes a few datasets */
 
 typedef struct {
-    PyObject *docs;  /* borrowed: the pieces list holds it */
+    PyObject *docs;  /* a reference held until released */
     Py_buffer tokens, positions, offsets;
 } Chunk;
 
@@ -30,8 +30,9 @@ static int get_array(PyObject *docs, const char *name, Py_ssize_t itemsize, Py_b
     int failed = PyObject_GetBuffer(array, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT);
     Py_DECREF(array); /* the view holds the array */
     if (failed) return -1;
-    const char *f = view->format ? view->format + strlen(view->format) - 1 : "B";
-    int integer = itemsize == 4 ? *f == 'i' : (*f == 'l' || *f == 'q');
+    /* a signed integer of that size, by its format's letter ('i' or 'l' for int32: Windows' long) */
+    const char *f = view->format && *view->format ? view->format + strlen(view->format) - 1 : "B";
+    int integer = *f != '\0' && strchr("bhilqn", *f) != NULL;
     if (view->itemsize != itemsize || view->ndim != 1 || !integer) {
         PyErr_Format(PyExc_TypeError, "gather: a chunk's %s must be a flat array of %zd-byte integers", name,
                      itemsize);
@@ -45,7 +46,7 @@ static void release(Chunk *c) {
     PyBuffer_Release(&c->tokens);
     PyBuffer_Release(&c->positions);
     PyBuffer_Release(&c->offsets);
-    c->docs = NULL;
+    Py_CLEAR(c->docs);
 }
 
 /* The arrays of the chunk ``docs`` (its token places made where the worker did not) */
@@ -73,6 +74,7 @@ static Chunk *chunk_of(Cache *cache, PyObject *docs) {
         PyBuffer_Release(&c->positions);
         return NULL;
     }
+    Py_INCREF(docs);
     c->docs = docs;
     return c;
 }
@@ -125,19 +127,25 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     Py_ssize_t at = 0, n = PyList_Size(pieces);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *piece = PyList_GetItem(pieces, i);
+        if (piece == NULL) goto done;
+        Py_INCREF(piece); /* reading its attributes may run Python code */
         long long dataset, doc, start, stop;
-        if (piece == NULL || int_attr(piece, s_dataset, &dataset) < 0 || int_attr(piece, s_doc, &doc) < 0 ||
-            int_attr(piece, s_start, &start) < 0 || int_attr(piece, s_stop, &stop) < 0)
-            goto done;
-        PyObject *docs = PyObject_GetAttr(piece, s_docs);
+        int failed = int_attr(piece, s_dataset, &dataset) < 0 || int_attr(piece, s_doc, &doc) < 0 ||
+                     int_attr(piece, s_start, &start) < 0 || int_attr(piece, s_stop, &stop) < 0;
+        PyObject *docs = failed ? NULL : PyObject_GetAttr(piece, s_docs);
+        Py_DECREF(piece);
         if (docs == NULL) goto done;
-        Chunk *c = chunk_of(&cache, docs);
-        Py_DECREF(docs); /* the piece holds it */
+        Chunk *c = chunk_of(&cache, docs); /* the cache holds docs from here */
+        Py_DECREF(docs);
         if (c == NULL) goto done;
         Py_ssize_t size = (Py_ssize_t)(stop - start), chunk_len = c->tokens.len / 4;
-        if (start < 0 || size < 0 || stop > chunk_len || c->positions.len / 4 != chunk_len ||
-            doc < 0 || doc + 1 >= c->offsets.len / 8 || at + size > total) {
+        if (start < 0 || size < 0 || stop > chunk_len || c->positions.len / 4 != chunk_len || doc < 0 ||
+            doc >= c->offsets.len / 8 - 1 || size > total - at) {
             PyErr_SetString(PyExc_ValueError, "gather: a piece lies outside its chunk, or the pieces past total");
+            goto done;
+        }
+        if (dataset < 0 || dataset > INT16_MAX) {
+            PyErr_SetString(PyExc_ValueError, "gather: a dataset index outside int16");
             goto done;
         }
         const int32_t *from = (const int32_t *)c->positions.buf + start;

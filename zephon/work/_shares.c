@@ -13,8 +13,18 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
+
+/* Where doubles are computed in wider registers (x87: 32-bit x86 without SSE2), a key could round
+   otherwise than Python's: no build there (setup.py's build is optional), the Python runs. */
+#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
+#error "zephon.work._shares needs double arithmetic rounded at every step (FLT_EVAL_METHOD 0)"
+#endif
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
 
 typedef struct {
     PyObject *bounds; /* the chunk's document offsets, a list of int */
@@ -23,9 +33,15 @@ typedef struct {
 
 #define LARGEST (1LL << 62) /* units used: past this, sums could leave 64 bits */
 
+/* Only ints (and floats for shares) are read: for those the C API runs no Python code, so the
+   lists and the items borrowed from them stay as they are for the whole take. */
 static int item(PyObject *list, Py_ssize_t i, long long *out) {
     PyObject *o = PyList_GetItem(list, i); /* borrowed */
     if (o == NULL) return -1;
+    if (!PyLong_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "take_by_shares: the mixer's positions and counts must be ints");
+        return -1;
+    }
     long long v = PyLong_AsLongLong(o);
     if (v == -1 && PyErr_Occurred()) return -1;
     *out = v;
@@ -72,6 +88,17 @@ static int bisect_left_f(PyObject *b, double x, Py_ssize_t lo, Py_ssize_t hi, Py
         if ((double)v < x) lo = mid + 1; else hi = mid;
     }
     *out = lo;
+    return 0;
+}
+
+static int share_of(PyObject *shares, Py_ssize_t e, double *out) {
+    PyObject *o = PyList_GetItem(shares, e); /* borrowed */
+    if (o == NULL) return -1;
+    if (!PyFloat_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "take_by_shares: the shares must be floats");
+        return -1;
+    }
+    *out = PyFloat_AsDouble(o);
     return 0;
 }
 
@@ -183,6 +210,14 @@ static int take_one(const Mix *m, long long limit, int runs, Taken *out) {
     int tokens = m->tokens;
     long long *left = m->left;
     Other *others = m->others;
+    if (limit < 1) {
+        PyErr_SetString(PyExc_ValueError, "take_by_shares: a piece's limit must be at least 1 token");
+        return -1;
+    }
+    if (limit > LARGEST) {  /* before anything changed: the caller takes it in Python */
+        PyErr_SetString(PyExc_OverflowError, "take_by_shares: a limit past 2**62");
+        return -1;
+    }
     Py_ssize_t best = 0;
     double best_key = 0.0;
     for (Py_ssize_t e = 0; e < n; e++) {
@@ -199,8 +234,8 @@ static int take_one(const Mix *m, long long limit, int runs, Taken *out) {
             return -1;
         }
         if (item(b, (Py_ssize_t)doc, &lo) < 0 || item(b, (Py_ssize_t)doc + 1, &hi) < 0) return -1;
-        double share = PyFloat_AsDouble(PyList_GetItem(shares, e));
-        if (share == -1.0 && PyErr_Occurred()) return -1;
+        double share;
+        if (share_of(shares, e, &share) < 0) return -1;
         long long rem = hi - lo - off;
         left[e] = rem;
         double units = tokens ? (double)min_ll(rem, limit) / 2.0 : (off == 0 ? 0.5 : 0.0);
@@ -218,8 +253,8 @@ static int take_one(const Mix *m, long long limit, int runs, Taken *out) {
     if (stop - start >= limit) {
         stop = start + limit;
     } else if (runs && doc + 2 < nb) {  /* Mixer._run_end */
-        double share = PyFloat_AsDouble(PyList_GetItem(shares, d));
-        if (share == -1.0 && PyErr_Occurred()) return -1;
+        double share;
+        if (share_of(shares, d, &share) < 0) return -1;
         long long first = doc + 1, here;
         if (item(b, (Py_ssize_t)first, &here) < 0) return -1;
         long long space = limit - here + start;
@@ -229,8 +264,8 @@ static int take_one(const Mix *m, long long limit, int runs, Taken *out) {
             if (e == d) continue;
             long long ue, oe;
             if (item(used, e, &ue) < 0 || item(offsets, e, &oe) < 0) return -1;
-            double s = PyFloat_AsDouble(PyList_GetItem(shares, e));
-            if (s == -1.0 && PyErr_Occurred()) return -1;
+            double s;
+            if (share_of(shares, e, &s) < 0) return -1;
             Other *o = &others[count++];
             o->lower = e < d, o->u = (double)ue, o->s = s;
             o->rem_tokens = left[e];
