@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 try:  # the take by fixed shares, compiled (setup.py): the same pieces as _take_by_shares
-    from zephon.work import _shares as _compiled
+    import zephon.work._shares as _compiled
 except ImportError:  # not built (no C compiler at install): the Python below
     _compiled = None
 
