@@ -57,8 +57,17 @@ def _takes(mixer: Mixer, limits: list[int], runs: bool, row_len: int | None) -> 
     return out
 
 
-lengths = st.one_of(st.integers(1, 4), st.integers(1, 60), st.integers(1, 900))
-chunk = st.lists(lengths, min_size=0, max_size=40)
+def _generated(weights: list[float], seed: int, chunks: int, most_docs: int):
+    """Streams of ``chunks`` chunks a dataset, each of up to ``most_docs`` documents whose
+    lengths run to a scale drawn per dataset (3, 40 or 600 tokens), and the shares of ``weights``."""
+    rng = np.random.default_rng(seed)
+    names = [f"d{i}" for i in range(len(weights))]
+    streams = []
+    for d in range(len(weights)):
+        scale = int(rng.choice([3, 40, 600]))
+        docs = [list(rng.integers(1, 2 * scale, rng.integers(0, most_docs + 1))) for _ in range(chunks)]
+        streams.append(_chunks(d, docs, first_token=1 + 10**6 * d))
+    return streams, normalize(dict(zip(names, weights, strict=True)), names)
 
 
 @needs_compiled
@@ -72,15 +81,7 @@ chunk = st.lists(lengths, min_size=0, max_size=40)
     limits=st.lists(st.integers(1, 3000), min_size=1, max_size=300),
 )
 def test_compiled_and_python_takes_give_the_same_pieces_and_state(weights, unit, seed, runs, row_len, limits):
-    rng = np.random.default_rng(seed)
-    scale = rng.choice([3, 40, 600], size=len(weights))
-    streams = [
-        _chunks(
-            d, [list(rng.integers(1, 2 * scale[d], rng.integers(0, 60))) for _ in range(6)], 1 + 10**6 * d
-        )
-        for d in range(len(weights))
-    ]
-    shares = normalize({f"d{i}": w for i, w in enumerate(weights)}, [f"d{i}" for i in range(len(weights))])
+    streams, shares = _generated(weights, seed, chunks=6, most_docs=59)
     python = _takes(_mixer(streams, shares, unit, compiled=False), limits, runs, row_len)
     compiled = _takes(_mixer(streams, shares, unit, compiled=True), limits, runs, row_len)
     assert compiled == python
@@ -137,13 +138,7 @@ def _filled(mixer: Mixer, windows: list[int], row_len: int) -> list:
     windows=st.lists(st.integers(1, 12), min_size=1, max_size=12),
 )
 def test_the_compiled_wrap_fills_rows_with_the_pieces_the_takes_give(weights, unit, seed, row_len, windows):
-    rng = np.random.default_rng(seed)
-    names = [f"d{i}" for i in range(len(weights))]
-    streams = []
-    for d in range(len(weights)):
-        docs = [list(rng.integers(1, rng.choice([3, 40, 600]), rng.integers(0, 50))) for _ in range(5)]
-        streams.append(_chunks(d, docs, first_token=1 + 10**6 * d))
-    shares = normalize(dict(zip(names, weights, strict=True)), names)
+    streams, shares = _generated(weights, seed, chunks=5, most_docs=49)
     python = _filled(_mixer(streams, shares, unit, compiled=False), windows, row_len)
     compiled = _filled(_mixer(streams, shares, unit, compiled=True), windows, row_len)
     assert compiled == python
