@@ -22,6 +22,10 @@ def held_loading(monkeypatch):
     """The fast backend's loading held until the test sets the gate it yields; released at the
     test's end whatever it gave (the loading thread is not a daemon: held, the process would
     not exit)."""
+    yield from _held(monkeypatch)
+
+
+def _held(monkeypatch):
     import threading
 
     gate = threading.Event()
@@ -154,7 +158,7 @@ def test_while_loading_the_reference_encodes_one_call_at_a_time(
         def encode(texts):
             entered[name].set()
             assert leave[name].wait(60)
-            return name
+            return tok._flat_one_thread(texts)
 
         return encode
 
@@ -186,7 +190,100 @@ def test_while_loading_the_reference_encodes_one_call_at_a_time(
     deadline = time.monotonic() + 10
     while len(out) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert out["first"] == "first" and out["second"] == "second"
+    for name in ("first", "second"):
+        assert (
+            entered[name].is_set()
+            and out[name][0].tolist() == tok.encode_batch([f"a small chunk for the {name} caller"])[0]
+        )
+
+
+def test_while_loading_the_reference_encodes_a_first_batch_s_worth_then_waits(
+    fresh_tokenizers, gpt2, monkeypatch, held_loading
+):
+    """The reference's encoding slows the loading beside it: past ``small`` characters in all,
+    callers wait for the fast backend instead."""
+    import threading
+
+    monkeypatch.setattr(fast_tokenizer.FastBackend, "small", 100)
+    tok = load_tokenizer(gpt2)
+    referenced = []
+    monkeypatch.setattr(
+        tok,
+        "_flat_one_thread",
+        lambda texts: (referenced.append(texts), tokenizer.flat(tok.encode_batch(texts)))[1],
+    )
+    first, second = (
+        ["sixty characters of the first chunk, which the reference encodes."],
+        ["and sixty more, past the budget: these wait for the fast backend."],
+    )
+    ids, _ = tok.encode_flat(first)
+    assert referenced == [first] and ids.tolist() == tok.encode_batch(first)[0]
+    out = []
+    waiting = threading.Thread(target=lambda: out.append(tok.encode_flat(second)))
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive() and not out, "past the budget: it waits while the loading is held"
+    held_loading.set()
+    waiting.join(60)
+    assert referenced == [first], "fastokens encoded the second call"
+    assert out[0][0].tolist() == tok.encode_batch(second)[0]
+
+
+@pytest.fixture
+def held_after_a_verdict(fresh_tokenizers, gpt2, monkeypatch):
+    """GPT-2 loaded once (its verdict recorded: the next load does not probe), then the next
+    loading held as ``held_loading`` holds it."""
+    assert load_tokenizer(gpt2).fast.wait()
+    monkeypatch.setattr(tokenizer, "_LOADED", {})
+    yield from _held(monkeypatch)
+
+
+def _fast_built_as(monkeypatch, fast) -> None:
+    """fastokens' build gives ``fast(the real one)``."""
+    import fastokens
+
+    build = fastokens.Tokenizer.from_json_str
+
+    class Shim:
+        from_json_str = staticmethod(lambda raw: fast(build(raw)))
+
+    monkeypatch.setattr(fastokens, "Tokenizer", Shim)
+
+
+def test_the_texts_the_reference_encoded_while_loading_are_the_data_sample(
+    gpt2, monkeypatch, held_after_a_verdict
+):
+    held_loading = held_after_a_verdict
+    tok = load_tokenizer(gpt2)
+    texts = [r["text"] for r in kjv_records()[:40]]
+    ids, offsets = tok.encode_flat(texts)  # the reference's, while loading
+    assert not tok.fast.ready.is_set() and len(tok.fast.seen) == 40
+
+    def no_sampling(*args):
+        raise AssertionError("the data sample was checked while loading: no reference encodes it now")
+
+    monkeypatch.setattr(fast_tokenizer, "first_difference", no_sampling)
+    held_loading.set()
+    assert tok.fast.wait(60) and tok.fast.sampled and not tok.fast.seen
+    more = [r["text"] for r in kjv_records()[40:3000]]
+    ids, offsets = tok.fast.encode_flat(more, _no_reference)
+    assert [ids[a:b].tolist() for a, b in itertools.pairwise(offsets)] == tok.encode_batch(more)
+
+
+def test_a_difference_in_what_the_reference_encoded_while_loading_turns_the_fast_backend_off(
+    gpt2, monkeypatch, held_after_a_verdict, caplog
+):
+    held_loading = held_after_a_verdict
+    _fast_built_as(monkeypatch, lambda real: _WrongFor(real, "The odd one out"))
+    tok = load_tokenizer(gpt2)
+    texts = ["and the first", "The odd one out", "and the rest"]
+    ids, offsets = tok.encode_flat(texts)  # the reference's, while loading
+    held_loading.set()
+    assert not tok.fast.wait(60), "off before it served a call"
+    assert tok.backend_name == "tokenizers" and "fastokens differs from tokenizers" in caplog.text
+    assert fast_tokenizer._verdict(tok.fast.key) is False, "recorded: later loads use the reference"
+    ids, offsets = tok.encode_flat(texts)
+    assert [ids[a:b].tolist() for a, b in itertools.pairwise(offsets)] == tok.encode_batch(texts)
 
 
 def test_batches_are_the_same_with_either_backend(fresh_tokenizers, corpus, gpt2, monkeypatch):

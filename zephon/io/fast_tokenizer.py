@@ -12,7 +12,9 @@ It is used only where it gives the reference's ids:
    64 Ki characters, each cut to 4 Ki) go through both, and any difference turns the fast backend
    off for that tokenizer (recorded, logged). The sample is bounded in characters because the
    reference is the slow one: a chunk of whole source files through it would take a fifth of a
-   second at every start.
+   second at every start. Where the reference encoded the first documents while the fast backend
+   loaded, those (whole, within the same bounds) are the sample: their reference ids are already
+   there, and the loading thread compares them before the fast backend serves a call.
 
 Its choice never changes the ids, so it is not part of the recipe fingerprint. Its own threads are
 set by ``FASTOKENS_BPE_THREADS`` (the process runner sets 1 in its workers).
@@ -59,7 +61,12 @@ def probes() -> list[str]:
     return out
 
 
-def data_sample(texts: list[str], most: int = 256, chars: int = 64 << 10, cut: int = 4 << 10) -> list[str]:
+SAMPLE_TEXTS, SAMPLE_CHARS, SAMPLE_CUT = 256, 64 << 10, 4 << 10  # the data sample's bounds
+
+
+def data_sample(
+    texts: list[str], most: int = SAMPLE_TEXTS, chars: int = SAMPLE_CHARS, cut: int = SAMPLE_CUT
+) -> list[str]:
     """The first texts, each cut to ``cut`` characters, up to ``most`` texts and ``chars`` in all
     (a cut text is as good a probe as a whole one: both backends encode the same string)."""
     out, total = [], 0
@@ -100,9 +107,12 @@ class FastBackend:
     It loads in a background thread (building it takes a few tenths of a second, on a core of
     its own: it releases the GIL; probing takes as much again the first time), started before
     the reference is built, which joins it with :meth:`attach`. Until it is ready, the
-    reference encodes texts of up to ``small`` characters (a run's first chunks: the reference
-    is done with one in tens of milliseconds, while the loading has tenths of a second to go),
-    **one call at a time**, on one core (``meanwhile``: the tokenizers' own thread pool would
+    reference encodes texts of up to ``small`` characters **in all** (a run's first chunks, about
+    a first batch's worth: the reference is done with one in tens of milliseconds, while the
+    loading has tenths of a second to go; past that, callers wait for the fast backend: inline,
+    a reference encoding on until the fast backend was ready gave 8M tokens in 0.70-0.74 s
+    where stopping after the first batch's chunks gave 0.66-0.69 s), **one call at a time**,
+    on one core (``meanwhile``: the tokenizers' own thread pool would
     take the loading's core too): thread workers reading ahead would otherwise put every chunk in
     sight through the reference, on every core, and starve the loading of the core it needs
     (measured: two thread workers sent a second and a half of CPU through the reference over
@@ -125,6 +135,8 @@ class FastBackend:
         # while loading: the callers encoding with the reference (one, but for those past
         # patience); notified when one is done and when the loading is
         self.turn, self.referencing = threading.Condition(), 0
+        self.budget = self.small  # characters the reference may still encode while loading
+        self.seen: list[tuple[str, Any]] = []  # (text, its reference ids) of those, for the sample
         # not a daemon: the interpreter waits for it at exit (under a second) instead of stopping
         # it inside fastokens' native code, which aborts the process (SIGABRT)
         self.loading = threading.Thread(
@@ -146,6 +158,7 @@ class FastBackend:
                 verdict = different is None
             if verdict:  # its first call builds what it keeps for all calls: here, not in a unit
                 fast.encode_batch_flat([WARM_UP])
+                verdict = self._check_seen(fast)
         except Exception as e:  # a tokenizer.json it cannot read: the reference serves it
             log.info("zephon: fastokens cannot load this tokenizer (%s); using tokenizers", e)
             verdict = False
@@ -153,6 +166,39 @@ class FastBackend:
         with self.turn:
             self.ready.set()
             self.turn.notify_all()
+
+    def _check_seen(self, fast) -> bool:
+        """The data sample, where the reference encoded one while loading: fastokens' ids
+        against the reference's for those texts (True where they are the same, or there are none:
+        the first call samples then)."""
+        import numpy as np
+
+        with self.lock:
+            seen, self.seen = self.seen, []
+            self.sampled = bool(seen)
+        if not seen:
+            return True
+        ids, offsets = _flat(fast, [text for text, _ in seen])
+        for (text, want), a, b in zip(seen, offsets[:-1], offsets[1:], strict=True):
+            if not np.array_equal(ids[a:b], want):
+                _record(self.key, False, text)
+                log.warning("zephon: fastokens differs from tokenizers on %r; using tokenizers", text[:80])
+                return False
+        return True
+
+    def _keep_seen(self, texts: list[str], ids, offsets) -> None:
+        """Keep the first of ``texts`` the reference encoded as ``ids`` (flat, at ``offsets``),
+        whole, within the data sample's bounds (``data_sample``)."""
+        import numpy as np
+
+        with self.lock:
+            total = sum(len(text) for text, _ in self.seen)
+            for text, a, b in zip(texts, offsets[:-1], offsets[1:], strict=True):
+                if len(self.seen) >= SAMPLE_TEXTS:
+                    break
+                if len(text) <= SAMPLE_CUT and total + len(text) <= SAMPLE_CHARS:
+                    self.seen.append((text, np.array(ids[a:b], np.uint32)))
+                    total += len(text)
 
     def attach(self, reference) -> None:
         """The reference tokenizer (Hugging Face ``tokenizers``) to probe and sample against."""
@@ -172,14 +218,19 @@ class FastBackend:
         """(ids uint32, offsets int64 [n + 1]) from fastokens, or ``reference(texts)`` where the
         reference must encode (see the class); ``meanwhile``: the reference on one core, for
         the texts it encodes while the fast backend loads on the other (default ``reference``)."""
-        if not self.ready.is_set() and sum(map(len, texts)) <= self.small:
+        size = sum(map(len, texts))
+        if not self.ready.is_set() and size <= self.budget:
             with self.turn:  # the reference's turn, or the fast backend, whichever comes first
                 self.turn.wait_for(lambda: self.ready.is_set() or not self.referencing, self.patience)
-                mine = not self.ready.is_set()  # its turn (or past patience: the reference anyway)
+                # its turn (or past patience), within the budget; else the fast backend, below
+                mine = not self.ready.is_set() and size <= self.budget
+                self.budget -= size if mine else 0
                 self.referencing += mine
             if mine:
                 try:
-                    return (meanwhile or reference)(texts)
+                    ids, offsets = (meanwhile or reference)(texts)
+                    self._keep_seen(texts, ids, offsets)
+                    return ids, offsets
                 finally:
                     with self.turn:
                         self.referencing -= 1
