@@ -142,7 +142,8 @@ class FastBackend:
         # patience); notified when one is done and when the loading is
         self.turn, self.referencing = threading.Condition(), 0
         self.budget = self.small  # characters the reference may still encode while loading
-        self.seen: list[tuple[str, Any]] = []  # (text, its reference ids) of those, for the sample
+        # (text, its reference ids) of those, for the sample; None once the loading has taken them
+        self.seen: list[tuple[str, Any]] | None = []
         # not a daemon: the interpreter waits for it at exit (under a second) instead of stopping
         # it inside fastokens' native code, which aborts the process (SIGABRT)
         self.loading = threading.Thread(
@@ -180,7 +181,7 @@ class FastBackend:
         import numpy as np
 
         with self.lock:
-            seen, self.seen = self.seen, []
+            seen, self.seen = self.seen, None  # a call that ends later keeps nothing
             self.sampled = bool(seen)
         if not seen:
             return True
@@ -198,6 +199,8 @@ class FastBackend:
         import numpy as np
 
         with self.lock:
+            if self.seen is None:
+                return
             total = sum(len(text) for text, _ in self.seen)
             for text, a, b in zip(texts, offsets[:-1], offsets[1:], strict=True):
                 if len(self.seen) >= SAMPLE_TEXTS:
