@@ -1,6 +1,7 @@
 """The compiled parts, all optional: the mixer's take by fixed shares (zephon/work/_shares.c),
-laying pieces out end to end in rows (zephon/ops/_rows.c) and a chunk's documents with their
-special tokens (zephon/ops/_docs.c).
+laying pieces out end to end in rows (zephon/ops/_rows.c), a chunk's documents with their
+special tokens (zephon/ops/_docs.c) and the JSON lines reader's check of a chunk's lines
+(zephon/io/formats/_lines.c).
 
 Built against Python's stable ABI (3.11 on), so one wheel serves every later Python. Where it
 cannot be built (no C compiler), the install goes on without them and the lane runs their Python,
@@ -27,6 +28,14 @@ def compiled(name: str) -> Extension:
 
 
 setup(
-    ext_modules=[compiled(name) for name in ("zephon.work._shares", "zephon.ops._rows", "zephon.ops._docs")],
+    ext_modules=[
+        compiled(name)
+        for name in (
+            "zephon.work._shares",
+            "zephon.ops._rows",
+            "zephon.ops._docs",
+            "zephon.io.formats._lines",
+        )
+    ],
     options={"bdist_wheel": {"py_limited_api": "cp311"}},
 )

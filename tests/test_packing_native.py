@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from support.mixing import chunks, from_record
 
 from zephon import Dataset, MixtureWorkSource, Pipeline, lanes
+from zephon.io.formats import lines
 from zephon.ops import pack, tokenize
 from zephon.ops.containers import Docs
 from zephon.ops.pack import best_fit, by_row, laid_end_to_end, wrap
@@ -128,11 +129,13 @@ def test_a_pipeline_without_its_compiled_parts_gives_the_same_batches_and_says_s
     monkeypatch.setattr(mixture, "_compiled", None)
     monkeypatch.setattr(pack, "_gather", None)
     monkeypatch.setattr(tokenize, "_lay_out", None)
+    monkeypatch.setattr(lines, "_objects_per_line", None)
     monkeypatch.setattr(lanes, "_SAID_PYTHON", [])
     with caplog.at_level(logging.WARNING, logger="zephon.lanes"):
         python = digests()
     assert python == compiled
-    assert "zephon.work._shares, zephon.ops._rows, zephon.ops._docs not built" in caplog.text
+    names = "zephon.work._shares, zephon.ops._rows, zephon.ops._docs, zephon.io.formats._lines"
+    assert f"{names} not built" in caplog.text
 
 
 @needs_compiled

@@ -27,6 +27,7 @@ from zephon.batch import Batch
 from zephon.digests import ChunkDigests, changed
 from zephon.errors import with_context
 from zephon.io import Chunk
+from zephon.io.formats import lines
 from zephon.io.remote import Requests
 from zephon.ops import BatchRows, Images, PackFlat, Shuffle, WorkOperator, pack, tokenize
 from zephon.ops.containers import RowPatches
@@ -43,7 +44,8 @@ def say_if_not_compiled() -> None:
     Python runs instead, which gives the same batches for more CPU a token (the lane's own work
     about twice as much)."""
     parts = {"zephon.work._shares": mixture._compiled, "zephon.ops._rows": pack._gather,
-             "zephon.ops._docs": tokenize._lay_out}  # fmt: skip
+             "zephon.ops._docs": tokenize._lay_out,
+             "zephon.io.formats._lines": lines._objects_per_line}  # fmt: skip
     missing = [name for name, part in parts.items() if part is None]
     if missing and not _SAID_PYTHON:
         _SAID_PYTHON.extend(missing)
