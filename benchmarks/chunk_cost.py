@@ -37,6 +37,7 @@ CHUNK_WORK = ("zephon.lanes", "ChunkWork.__call__")
 NATIVE = [
     ("read: the chunk's lines from its file", "zephon.io.formats.lines", "_owned_lines"),
     ("read: content digest (XXH3-64)", "zephon.io.formats.lines", "content_digest"),
+    ("read: each line one object, the check (_lines.c)", "zephon.io.formats.lines", "_objects_per_line"),
     ("read: JSON lines, msgspec", "zephon.io.formats.lines", "_LINES"),
     ("tokenize: the tokenizer's call", "zephon.io.fast_tokenizer", "_flat"),
     ("tokenize: documents laid out, BOS/EOS and places (_docs.c)", "zephon.ops.tokenize", "_lay_out"),
