@@ -80,7 +80,11 @@ def data_sample(
 
 def first_difference(reference, fast, texts: list[str]) -> str | None:
     """The first text on which the backends' ids differ, or None."""
-    want = [e.ids for e in reference.encode_batch(texts, add_special_tokens=False)]
+    return _differs(fast, texts, [e.ids for e in reference.encode_batch(texts, add_special_tokens=False)])
+
+
+def _differs(fast, texts: list[str], want: list[list[int]]) -> str | None:
+    """The first of ``texts`` whose fastokens ids are not ``want``'s (the reference's), or None."""
     ids, offsets = _flat(fast, texts)
     for text, a, b, ref in zip(texts, offsets[:-1], offsets[1:], want, strict=True):
         if ids[a:b].tolist() != ref:
@@ -143,7 +147,7 @@ class FastBackend:
         self.turn, self.referencing = threading.Condition(), 0
         self.budget = self.small  # characters the reference may still encode while loading
         # (text, its reference ids) of those, for the sample; None once the loading has taken them
-        self.seen: list[tuple[str, Any]] | None = []
+        self.seen: list[tuple[str, list[int]]] | None = []
         # not a daemon: the interpreter waits for it at exit (under a second) instead of stopping
         # it inside fastokens' native code, which aborts the process (SIGABRT)
         self.loading = threading.Thread(
@@ -178,26 +182,22 @@ class FastBackend:
         """The data sample, where the reference encoded one while loading: fastokens' ids
         against the reference's for those texts (True where they are the same, or there are none:
         the first call samples then)."""
-        import numpy as np
-
         with self.lock:
             seen, self.seen = self.seen, None  # a call that ends later keeps nothing
             self.sampled = bool(seen)
-        if not seen:
-            return True
-        ids, offsets = _flat(fast, [text for text, _ in seen])
-        for (text, want), a, b in zip(seen, offsets[:-1], offsets[1:], strict=True):
-            if not np.array_equal(ids[a:b], want):
-                _record(self.key, False, text)
-                log.warning("zephon: fastokens differs from tokenizers on %r; using tokenizers", text[:80])
-                return False
-        return True
+        different = _differs(fast, [text for text, _ in seen], [want for _, want in seen]) if seen else None
+        if different is not None:
+            self._differs_on(different)
+        return different is None
+
+    def _differs_on(self, text: str) -> None:
+        """fastokens gave other ids than the reference on ``text``: recorded, and said."""
+        _record(self.key, False, text)
+        log.warning("zephon: fastokens differs from tokenizers on %r; using tokenizers", text[:80])
 
     def _keep_seen(self, texts: list[str], ids, offsets) -> None:
         """Keep the first of ``texts`` the reference encoded as ``ids`` (flat, at ``offsets``),
         whole, within the data sample's bounds (``data_sample``)."""
-        import numpy as np
-
         with self.lock:
             if self.seen is None:
                 return
@@ -206,7 +206,7 @@ class FastBackend:
                 if len(self.seen) >= SAMPLE_TEXTS:
                     break
                 if len(text) <= SAMPLE_CUT and total + len(text) <= SAMPLE_CHARS:
-                    self.seen.append((text, np.array(ids[a:b], np.uint32)))
+                    self.seen.append((text, ids[a:b].tolist()))
                     total += len(text)
 
     def attach(self, reference) -> None:
@@ -227,8 +227,8 @@ class FastBackend:
         """(ids uint32, offsets int64 [n + 1]) from fastokens, or ``reference(texts)`` where the
         reference must encode (see the class); ``meanwhile``: the reference on one core, for
         the texts it encodes while the fast backend loads on the other (default ``reference``)."""
-        size = sum(map(len, texts))
-        if not self.ready.is_set() and size <= self.budget:
+        # the texts' size only while loading: past it, no call pays for the sum
+        if not self.ready.is_set() and (size := sum(map(len, texts))) <= self.budget:
             with self.turn:  # the reference's turn, or the fast backend, whichever comes first
                 self.turn.wait_for(lambda: self.ready.is_set() or not self.referencing, self.patience)
                 # its turn (or past patience), within the budget; else the fast backend, below
@@ -253,10 +253,7 @@ class FastBackend:
             different = first_difference(self.reference, self.fast, data_sample(texts))
             if different is not None:
                 self.on = False
-                _record(self.key, False, different)
-                log.warning(
-                    "zephon: fastokens differs from tokenizers on %r; using tokenizers", different[:80]
-                )
+                self._differs_on(different)
                 return reference(texts)
         return ids, offsets
 
