@@ -29,6 +29,7 @@ from zephon.io.remote import (
     LOCAL,
     CountedFile,
     IOConfig,
+    LocalFiles,
     Opener,
     Requests,
     content_version,
@@ -268,7 +269,8 @@ class Dataset:
     def opener(self, io: IOConfig | None = None, requests: Requests | None = None) -> Opener:
         """Opens this dataset's files; what it reads counts in ``requests`` (by default the
         dataset's planning requests)."""
-        return Opener(io or IOConfig(), self.storage_options, requests or self.planning_requests)
+        files = self._cache.get("files") or self._cache.setdefault("files", LocalFiles())
+        return Opener(io or IOConfig(), self.storage_options, requests or self.planning_requests, files)
 
     @property
     def planning_requests(self) -> Requests:

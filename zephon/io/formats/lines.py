@@ -39,7 +39,7 @@ class _LineFormat(Format):
         self, shard, start, stop, columns, opener, skip_bad: bool = False, digest: str = "xxh3"
     ) -> ChunkRead:
         assert not self.compression, "compressed files are read through their plain copy"
-        with opener.open(shard) as f:
+        with opener.ranges(shard) as f:
             first, data = _owned_lines(f, start, stop)
         return ChunkRead(
             self.parse_lines(shard, first, data, columns, opener, skip_bad),
@@ -69,7 +69,7 @@ class _LineFormat(Format):
 
     def line_of(self, shard: Shard, start: int, stop: int, record: int, opener) -> int:
         """The 1-based line number of the ``record``-th record (non-blank line) of a chunk."""
-        with opener.open(shard) as f:
+        with opener.ranges(shard) as f:
             first, data = _owned_lines(f, start, stop)
         lines = [n for n, line in enumerate(data.split(b"\n")) if line.strip()]
         return _line_number(shard, first, opener) + lines[record]

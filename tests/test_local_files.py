@@ -1,0 +1,172 @@
+"""Local files held open for positional reads (zephon.io.remote.LocalFiles): a chunk's read does
+not open its file again, the bytes are those ``open`` reads, at most ``most`` descriptors are
+open, one in use is never closed under its reader, and nothing stays open once a dataset is
+dropped."""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zephon import Dataset
+from zephon.io.remote import LocalFiles, LocalRanges, Requests
+from zephon.testing import synthetic_documents, write_jsonl
+
+
+def _is_open(fd: int, path: str) -> bool:
+    """Whether descriptor ``fd`` is open on ``path`` (a closed one's number may be reused)."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except OSError:
+        return False
+
+
+def _files(tmp_path, n: int, size: int = 3000) -> list[str]:
+    paths = []
+    for i in range(n):
+        path = tmp_path / f"f{i}.bin"
+        path.write_bytes(bytes((i * 7 + j) % 251 for j in range(size)))
+        paths.append(str(path))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def blob(tmp_path_factory) -> tuple[str, bytes]:
+    path = tmp_path_factory.mktemp("blob") / "blob.bin"
+    data = os.urandom(20_000)
+    path.write_bytes(data)
+    return str(path), data
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 21_000), st.integers(-1, 6_000)), min_size=1, max_size=6))
+def test_reads_give_the_bytes_open_reads(blob, reads):
+    path, data = blob
+    files, requests = LocalFiles(), Requests()
+    with LocalRanges(files, path, requests) as f, open(path, "rb") as g:
+        for pos, n in reads:
+            f.seek(pos)
+            g.seek(pos)
+            assert f.read(n) == g.read(n)
+    assert requests.requests == len(reads)
+    assert requests.bytes == sum(max(0, min(len(data), p + n if n >= 0 else len(data)) - p) for p, n in reads)
+
+
+def test_a_read_the_filesystem_splits_is_joined(blob, monkeypatch):
+    path, data = blob
+    pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, pos: pread(fd, min(n, 7), pos))
+    with LocalRanges(LocalFiles(), path, Requests()) as f:
+        f.seek(100)
+        assert f.read(1000) == data[100:1100]
+        f.seek(len(data) - 10)
+        assert f.read(1000) == data[-10:]
+        assert f.read(5) == b""
+
+
+def test_at_most_most_are_open_and_the_least_recently_used_closes_first(tmp_path):
+    paths, files = _files(tmp_path, 6), LocalFiles()
+    files.most = 3
+    fds = {}
+    for path in paths[:3]:
+        with LocalRanges(files, path, Requests()) as f:
+            fds[path] = f.entry[0]
+    with LocalRanges(files, paths[0], Requests()) as f:  # used again: now the most recent
+        assert f.entry[0] == fds[paths[0]]
+    for path in paths[3:5]:
+        with LocalRanges(files, path, Requests()) as f:
+            fds[path] = f.entry[0]
+    assert list(files.held) == [paths[0], paths[3], paths[4]]
+    assert not _is_open(fds[paths[1]], paths[1]) and not _is_open(fds[paths[2]], paths[2])
+    assert all(_is_open(fds[p], p) for p in files.held)
+
+
+def test_one_in_use_is_closed_only_when_its_reader_is_done(tmp_path):
+    paths, files = _files(tmp_path, 5), LocalFiles()
+    files.most = 2
+    reader = LocalRanges(files, paths[0], Requests())
+    fd = reader.entry[0]
+    for path in paths[1:]:  # pushes paths[0] out while it is read
+        with LocalRanges(files, path, Requests()) as f:
+            f.read(10)
+    assert paths[0] not in files.held and _is_open(fd, paths[0])
+    reader.seek(5)
+    assert reader.read(4) == Path(paths[0]).read_bytes()[5:9]
+    reader.close()
+    assert not _is_open(fd, paths[0])
+
+
+def test_threads_reading_while_files_are_pushed_out_read_the_right_bytes(tmp_path):
+    paths, files = _files(tmp_path, 9, 4000), LocalFiles()
+    files.most = 2
+    contents = {p: Path(p).read_bytes() for p in paths}
+    errors = []
+
+    def read(seed: int) -> None:
+        try:
+            for k in range(1500):
+                path = paths[(seed * 5 + k * 3) % len(paths)]
+                with LocalRanges(files, path, Requests()) as f:
+                    pos = (k * 131 + seed) % 3500
+                    f.seek(pos)
+                    first = f.read(200)
+                    threading.Event().wait(0) if k % 7 == 0 else None  # let another thread run
+                    rest = f.read(300)
+                assert first + rest == contents[path][pos : pos + 500], (path, pos)
+        except Exception as e:  # reported below, with the thread's own error
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=read, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[:3]
+    assert len(files.held) <= 2
+
+
+def test_a_copy_for_a_worker_process_has_none_open_and_reads(tmp_path):
+    paths, files = _files(tmp_path, 2), LocalFiles()
+    with LocalRanges(files, paths[0], Requests()) as f:
+        f.read(3)
+    copy = pickle.loads(pickle.dumps(files))
+    assert copy.held == {} and files.held
+    with LocalRanges(copy, paths[1], Requests()) as f:
+        assert f.read(5) == Path(paths[1]).read_bytes()[:5]
+
+
+def test_dropping_the_files_closes_their_descriptors(tmp_path):
+    paths, files = _files(tmp_path, 3), LocalFiles()
+    for path in paths:
+        with LocalRanges(files, path, Requests()) as f:
+            f.read(1)
+    fds = [(entry[0], path) for path, entry in files.held.items()]
+    assert all(_is_open(*fd) for fd in fds)
+    del files, f
+    gc.collect()
+    assert not any(_is_open(*fd) for fd in fds)
+
+
+def test_a_dataset_opens_each_file_once_for_all_its_chunks_and_reads_every_record(tmp_path, monkeypatch):
+    docs = synthetic_documents(400, seed=3)
+    path = write_jsonl(str(tmp_path / "d.jsonl"), docs)
+    opened = []
+    real = os.open
+    monkeypatch.setattr(os, "open", lambda p, *a, **k: (opened.append(p), real(p, *a, **k))[1])
+    ds = Dataset.from_path("d", path)
+    table = ds.chunks(1, 10, 600)
+    assert len(table) > 20
+    records = [r for i in range(len(table)) for r in ds.read(table.chunk(0, i))]
+    assert records == docs
+    assert opened.count(path) == 1
+    dropped = ds._cache["files"].held[path][0]
+    del ds
+    gc.collect()
+    assert not _is_open(dropped, path)
