@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.mixing import chunks, from_record
 
-from zephon import Dataset, MixtureWorkSource, Pipeline, lanes
+from zephon import Dataset, MixtureWorkSource, Pipeline, batch, lanes
+from zephon.batch import Batch
 from zephon.io.formats import lines
 from zephon.ops import pack, tokenize
 from zephon.ops.containers import Docs
@@ -118,15 +119,18 @@ def test_a_pipeline_without_its_compiled_parts_gives_the_same_batches_and_says_s
 ):
     files = {name: path for name, (path, _) in real_text_corpora(str(tmp_path)).items()}
 
-    def digests() -> list[str]:
+    def digests() -> list:
         datasets = [Dataset.from_path(name, path, exhausted="repeat") for name, path in files.items()]
         shares = {"verses": 0.4, "chapters": 0.35, "code": 0.25}
         source = MixtureWorkSource(datasets, shares, unit="tokens", seed=3)
         p = Pipeline(source).options(num_lanes=3).tokenize(gpt2).pack_flat(511).shuffle(64, seed=3).batch(4)
-        return [b.digest() for b in drain(p, 90)]
+        got = [b.digest() for b in drain(p, 90)]
+        stats = p.stats()  # tokens and documents delivered by dataset: the delivery's counts
+        return [*got, stats["tokens"], stats["documents"]]
 
     compiled = digests()
     monkeypatch.setattr(mixture, "_compiled", None)
+    monkeypatch.setattr(batch, "_count_by_dataset", None)
     monkeypatch.setattr(pack, "_gather", None)
     monkeypatch.setattr(tokenize, "_lay_out", None)
     monkeypatch.setattr(lines, "_objects_per_line", None)
@@ -155,3 +159,53 @@ def test_the_compiled_gather_reads_each_piece_once_whatever_its_attributes_do():
     out = (np.empty(8, np.int32), np.empty(8, np.int32), np.empty(8, np.int16), np.empty(8, bool))
     pack._gather([Made(first), Made(second)], 8, *out)
     assert out[0].tolist() == [*first.tokens.tolist(), *second.tokens.tolist()]
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(
+    runs=st.lists(st.tuples(st.integers(-1, 11), st.integers(1, 40)), min_size=1, max_size=30),
+    rows=st.integers(1, 4),
+    seed=st.integers(0, 2**31),
+    with_starts=st.booleans(),
+)
+def test_compiled_and_numpy_count_a_batch_s_tokens_and_documents_alike(runs, rows, seed, with_starts):
+    num_datasets = max(d for d, _ in runs) + 1 + seed % 3  # some datasets with no token here
+    flat = np.concatenate([np.full(size, d, np.int16) for d, size in runs])
+    flat = np.resize(flat, rows * -(-len(flat) // rows)).reshape(rows, -1)
+    rng = np.random.default_rng(seed)
+    starts = (rng.random(flat.shape) < 0.2) & (flat >= 0) if with_starts else None
+    b = Batch(0, 0, np.zeros(flat.shape, np.int32), np.zeros(flat.shape, np.int32), flat, starts)
+    tokens, documents = b.counts_per_dataset(num_datasets)
+    np.testing.assert_array_equal(tokens, b.tokens_per_dataset(num_datasets))
+    np.testing.assert_array_equal(documents, b.documents_per_dataset(num_datasets))
+    assert tokens.dtype == documents.dtype == np.int64
+    assert tokens.sum() == (flat >= 0).sum()
+
+
+@needs_compiled
+def test_the_compiled_counts_read_a_view_and_refuse_what_they_would_misread():
+    sources = np.array([[0, 0, 1, -1], [1, 1, 0, 0]], np.int16)
+    starts = np.array([[1, 0, 1, 0], [0, 1, 1, 0]], bool)
+    b = Batch(0, 0, sources.astype(np.int32), sources.astype(np.int32), sources[:, ::-1], starts[:, ::-1])
+    tokens, documents = b.counts_per_dataset(2)  # a view in another order is copied, not misread
+    assert tokens.tolist() == [4, 3] and documents.tolist() == [2, 2]
+    tokens, documents = b.counts_per_dataset(1)  # datasets past those asked for are not counted
+    assert tokens.tolist() == [4] and documents.tolist() == [2]
+    assert tokens.tolist() == b.tokens_per_dataset(1).tolist()
+    guarded = np.zeros(3, np.int64), np.zeros(3, np.int64)  # nothing written past the arrays given
+    batch._count_by_dataset(sources, starts, guarded[0][:1], guarded[1][:1])
+    assert guarded[0].tolist() == [4, 0, 0] and guarded[1].tolist() == [2, 0, 0]
+    out = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    for wrong in (
+        (sources.astype(np.int32), starts, *out),
+        (sources, starts[:, :3].copy(), *out),
+        (sources, starts, np.zeros(2, np.int32), out[1]),
+        (sources, starts, out[0], np.zeros(3, np.int64)),
+    ):
+        with pytest.raises(ValueError, match="count_by_dataset"):
+            batch._count_by_dataset(*wrong)
+    read_only = np.zeros(2, np.int64)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        batch._count_by_dataset(sources, None, out[0], read_only)

@@ -9,6 +9,11 @@ import numpy as np
 
 from zephon.ops.containers import RowPatches
 
+try:  # the counts compiled (setup.py): the same as the two methods below, in one pass
+    from zephon.ops._rows import count_by_dataset as _count_by_dataset
+except ImportError:  # not built (no C compiler at install)
+    _count_by_dataset = None
+
 IGNORE_INDEX = -100
 
 
@@ -68,6 +73,17 @@ class Batch:
         starts = np.concatenate([[0], edges])
         stops = np.concatenate([edges, [len(src)]])
         return [(int(src[a]), int(a), int(b)) for a, b in zip(starts, stops, strict=True)]
+
+    def counts_per_dataset(self, num_datasets: int) -> tuple[np.ndarray, np.ndarray]:
+        """``tokens_per_dataset`` and ``documents_per_dataset`` in one pass: compiled
+        (``zephon/ops/_rows.c``, the same counts) where it was built. The delivery counts every
+        batch: numpy's passes were a tenth of the lane's own work."""
+        if _count_by_dataset is None:
+            return self.tokens_per_dataset(num_datasets), self.documents_per_dataset(num_datasets)
+        tokens, documents = np.zeros(num_datasets, np.int64), np.zeros(num_datasets, np.int64)
+        starts = None if self.starts is None else np.ascontiguousarray(self.starts)
+        _count_by_dataset(np.ascontiguousarray(self.sources), starts, tokens, documents)
+        return tokens, documents
 
     def tokens_per_dataset(self, num_datasets: int) -> np.ndarray:
         """Delivered tokens of each dataset in this batch (padding excluded)."""

@@ -230,10 +230,9 @@ class _Delivery:
             made.mix,
         )
         state.digests = made.digests
-        n = len(state.tokens)
-        state.tokens = [t + int(c) for t, c in zip(state.tokens, batch.tokens_per_dataset(n), strict=True)]
-        docs = batch.documents_per_dataset(n)
-        state.documents = [t + int(c) for t, c in zip(state.documents, docs, strict=True)]
+        tokens, docs = batch.counts_per_dataset(len(state.tokens))
+        state.tokens = [t + c for t, c in zip(state.tokens, tokens.tolist(), strict=True)]
+        state.documents = [t + c for t, c in zip(state.documents, docs.tolist(), strict=True)]
         state.counters = sum_counters([state.counters, batch.counters])
 
     def close(self) -> None:

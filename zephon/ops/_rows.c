@@ -180,8 +180,57 @@ done:
     return result;
 }
 
+/* count_by_dataset(sources, starts, tokens, documents): a batch's tokens and document starts by
+   dataset (zephon.batch.Batch.counts_per_dataset), in one pass: for each run of one value d of
+   ``sources`` (int16, C order) with 0 <= d < len(tokens), its length added to tokens[d] and the
+   document starts in it (``starts``, one byte a token, or None) to documents[d] (int64 arrays of
+   one length). Padding (-1) is not counted. A batch's datasets come in runs (its pieces), so the
+   pass is a comparison a token; numpy took a pass a dataset and a boolean index. */
+static PyObject *count_by_dataset(PyObject *self, PyObject *args) {
+    PyObject *objects[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &objects[0], &objects[1], &objects[2], &objects[3])) return NULL;
+    Py_buffer views[4];
+    int held = 0, has_starts = objects[1] != Py_None;
+    PyObject *result = NULL;
+    for (; held < 4; held++) {
+        if (held == 1 && !has_starts) continue;
+        int flags = PyBUF_C_CONTIGUOUS | (held >= 2 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objects[held], &views[held], flags) < 0) goto done;
+    }
+    Py_ssize_t n = views[0].len / 2, m = views[2].len / 8;
+    if (views[0].itemsize != 2 || (has_starts && (views[1].itemsize != 1 || views[1].len != n)) ||
+        views[2].itemsize != 8 || views[3].itemsize != 8 || views[3].len != views[2].len) {
+        PyErr_SetString(PyExc_ValueError,
+                        "count_by_dataset: sources must be int16, starts one byte a source, tokens and "
+                        "documents int64 of one length");
+        goto done;
+    }
+    const int16_t *s = views[0].buf;
+    const uint8_t *b = has_starts ? views[1].buf : NULL;
+    int64_t *tokens = views[2].buf, *documents = views[3].buf;
+    for (Py_ssize_t i = 0, j; i < n; i = j) {
+        int16_t d = s[i];
+        for (j = i + 1; j < n && s[j] == d; j++) {
+        }
+        if (d < 0 || d >= m) continue;
+        tokens[d] += j - i;
+        if (b != NULL) {
+            int64_t starts = 0;
+            for (Py_ssize_t k = i; k < j; k++) starts += b[k] != 0;
+            documents[d] += starts;
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < held; i++)
+        if (i != 1 || has_starts) PyBuffer_Release(&views[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "build_rows' pieces laid end to end, compiled (see zephon.ops.pack)."},
+    {"count_by_dataset", count_by_dataset, METH_VARARGS,
+     "A batch's tokens and document starts by dataset, compiled (see zephon.batch)."},
     {NULL, NULL, 0, NULL},
 };
 
