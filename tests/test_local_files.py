@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zephon import Dataset
+from zephon.io import remote
 from zephon.io.remote import LocalFiles, LocalRanges, Requests
 from zephon.testing import synthetic_documents, write_jsonl
 
@@ -77,12 +78,12 @@ def test_at_most_most_are_open_and_the_least_recently_used_closes_first(tmp_path
     fds = {}
     for path in paths[:3]:
         with LocalRanges(files, path, Requests()) as f:
-            fds[path] = f.entry[0]
+            fds[path] = f.file.fd
     with LocalRanges(files, paths[0], Requests()) as f:  # used again: now the most recent
-        assert f.entry[0] == fds[paths[0]]
+        assert f.file.fd == fds[paths[0]]
     for path in paths[3:5]:
         with LocalRanges(files, path, Requests()) as f:
-            fds[path] = f.entry[0]
+            fds[path] = f.file.fd
     assert list(files.held) == [paths[0], paths[3], paths[4]]
     assert not _is_open(fds[paths[1]], paths[1]) and not _is_open(fds[paths[2]], paths[2])
     assert all(_is_open(fds[p], p) for p in files.held)
@@ -92,7 +93,7 @@ def test_one_in_use_is_closed_only_when_its_reader_is_done(tmp_path):
     paths, files = _files(tmp_path, 5), LocalFiles()
     files.most = 2
     reader = LocalRanges(files, paths[0], Requests())
-    fd = reader.entry[0]
+    fd = reader.file.fd
     for path in paths[1:]:  # pushes paths[0] out while it is read
         with LocalRanges(files, path, Requests()) as f:
             f.read(10)
@@ -132,6 +133,26 @@ def test_threads_reading_while_files_are_pushed_out_read_the_right_bytes(tmp_pat
     assert len(files.held) <= 2
 
 
+def test_past_the_process_s_budget_a_read_opens_its_file_alone_and_closes_it(tmp_path, monkeypatch):
+    paths = _files(tmp_path, 4)
+    first, second = LocalFiles(), LocalFiles()
+    with remote._OPEN_LOCK:
+        monkeypatch.setattr(LocalFiles, "process_most", remote._OPEN[0] + 2)
+    for path in paths[:2]:
+        with LocalRanges(first, path, Requests()) as f:
+            f.read(1)
+    with LocalRanges(second, paths[2], Requests()) as f:
+        assert f.read(4) == Path(paths[2]).read_bytes()[:4]
+        alone = f.file.fd
+    assert list(first.held) == paths[:2] and not second.held
+    assert not _is_open(alone, paths[2])
+    del first, f
+    gc.collect()  # its two are closed and given back to the budget
+    with LocalRanges(second, paths[3], Requests()) as f:
+        f.read(1)
+    assert list(second.held) == [paths[3]] and _is_open(second.held[paths[3]].fd, paths[3])
+
+
 def test_a_copy_for_a_worker_process_has_none_open_and_reads(tmp_path):
     paths, files = _files(tmp_path, 2), LocalFiles()
     with LocalRanges(files, paths[0], Requests()) as f:
@@ -147,7 +168,7 @@ def test_dropping_the_files_closes_their_descriptors(tmp_path):
     for path in paths:
         with LocalRanges(files, path, Requests()) as f:
             f.read(1)
-    fds = [(entry[0], path) for path, entry in files.held.items()]
+    fds = [(held.fd, path) for path, held in files.held.items()]
     assert all(_is_open(*fd) for fd in fds)
     del files, f
     gc.collect()
@@ -166,7 +187,7 @@ def test_a_dataset_opens_each_file_once_for_all_its_chunks_and_reads_every_recor
     records = [r for i in range(len(table)) for r in ds.read(table.chunk(0, i))]
     assert records == docs
     assert opened.count(path) == 1
-    dropped = ds._cache["files"].held[path][0]
+    dropped = ds._cache["files"].held[path].fd
     del ds
     gc.collect()
     assert not _is_open(dropped, path)
