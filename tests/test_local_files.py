@@ -1,4 +1,4 @@
-"""Local files held open for positional reads (zephon.io.remote.LocalFiles): a chunk's read does
+"""Local files held open for positional reads (zephon.io.local_files.LocalFiles): a chunk's read does
 not open its file again, the bytes are those ``open`` reads, at most ``most`` descriptors are
 open, one in use is never closed under its reader, and nothing stays open once a dataset is
 dropped."""
@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zephon import Dataset
-from zephon.io import remote
-from zephon.io.remote import LocalFiles, LocalRanges, Requests
+from zephon.io import local_files
+from zephon.io.local_files import LocalFiles, LocalRanges
+from zephon.io.remote import Requests
 from zephon.testing import synthetic_documents, write_jsonl
 
 
@@ -136,8 +137,8 @@ def test_threads_reading_while_files_are_pushed_out_read_the_right_bytes(tmp_pat
 def test_past_the_process_s_budget_a_read_opens_its_file_alone_and_closes_it(tmp_path, monkeypatch):
     paths = _files(tmp_path, 4)
     first, second = LocalFiles(), LocalFiles()
-    with remote._OPEN_LOCK:
-        monkeypatch.setattr(LocalFiles, "process_most", remote._OPEN[0] + 2)
+    with local_files._OPEN_LOCK:
+        monkeypatch.setattr(LocalFiles, "process_most", local_files._OPEN[0] + 2)
     for path in paths[:2]:
         with LocalRanges(first, path, Requests()) as f:
             f.read(1)

@@ -23,13 +23,13 @@ from zephon.io.chunks import (  # fmt: skip
 from zephon.io.formats import ChunkRead, DataError, Format, Records, format_for, split_suffix
 from zephon.io.formats.base import content_digest
 from zephon.io.formats.imagefolder import is_image, is_metadata
+from zephon.io.local_files import LocalFiles
 from zephon.io.plain import plain_copy
 from zephon.io.remote import (
     LIST_PAGE,
     LOCAL,
     CountedFile,
     IOConfig,
-    LocalFiles,
     Opener,
     Requests,
     content_version,
