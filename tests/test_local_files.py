@@ -9,6 +9,7 @@ import gc
 import os
 import pickle
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -109,7 +110,7 @@ def test_threads_reading_while_files_are_pushed_out_read_the_right_bytes(tmp_pat
     paths, files = _files(tmp_path, 9, 4000), LocalFiles()
     files.most = 2
     contents = {p: Path(p).read_bytes() for p in paths}
-    errors = []
+    errors, turns = [], threading.Barrier(4)
 
     def read(seed: int) -> None:
         try:
@@ -119,7 +120,8 @@ def test_threads_reading_while_files_are_pushed_out_read_the_right_bytes(tmp_pat
                     pos = (k * 131 + seed) % 3500
                     f.seek(pos)
                     first = f.read(200)
-                    threading.Event().wait(0) if k % 7 == 0 else None  # let another thread run
+                    if k % 50 == 0:  # all four inside a read at once, while files are pushed out
+                        turns.wait(10)
                     rest = f.read(300)
                 assert first + rest == contents[path][pos : pos + 500], (path, pos)
         except Exception as e:  # reported below, with the thread's own error
@@ -137,8 +139,9 @@ def test_threads_reading_while_files_are_pushed_out_read_the_right_bytes(tmp_pat
 def test_past_the_process_s_budget_a_read_opens_its_file_alone_and_closes_it(tmp_path, monkeypatch):
     paths = _files(tmp_path, 4)
     first, second = LocalFiles(), LocalFiles()
-    with local_files._OPEN_LOCK:
-        monkeypatch.setattr(LocalFiles, "process_most", local_files._OPEN[0] + 2)
+    gc.collect()
+    local_files._budget(0)  # counts back what finalizers closed
+    monkeypatch.setattr(LocalFiles, "process_most", local_files._OPEN[0] + 2)
     for path in paths[:2]:
         with LocalRanges(first, path, Requests()) as f:
             f.read(1)
@@ -192,3 +195,99 @@ def test_a_dataset_opens_each_file_once_for_all_its_chunks_and_reads_every_recor
     del ds
     gc.collect()
     assert not _is_open(dropped, path)
+
+
+def test_a_file_that_is_missing_or_a_folder_is_named_as_open_names_it(tmp_path):
+    files = LocalFiles()
+    with pytest.raises(FileNotFoundError) as missing:
+        LocalRanges(files, str(tmp_path / "gone.jsonl"), Requests())
+    with pytest.raises(IsADirectoryError) as folder:
+        LocalRanges(files, str(tmp_path), Requests())
+    assert missing.value.filename == str(tmp_path / "gone.jsonl") and folder.value.filename == str(tmp_path)
+    assert not files.held
+
+
+def test_a_file_replaced_on_disk_is_read_as_it_was_while_open_and_as_it_is_once_reopened(tmp_path):
+    paths, files = _files(tmp_path, 3), LocalFiles()
+    files.most = 2
+    old = Path(paths[0]).read_bytes()
+    with LocalRanges(files, paths[0], Requests()) as f:
+        assert f.read(8) == old[:8]
+    new = tmp_path / "new.bin"
+    new.write_bytes(b"N" * len(old))
+    os.replace(new, paths[0])
+    with LocalRanges(files, paths[0], Requests()) as f:
+        assert f.read(8) == old[:8], "the file the run opened"
+    for path in paths[1:]:  # push it out
+        with LocalRanges(files, path, Requests()) as f:
+            f.read(1)
+    with LocalRanges(files, paths[0], Requests()) as f:
+        assert f.read(8) == b"N" * 8, "reopened: as it is now"
+
+
+def test_a_dataset_budget_of_none_still_keeps_the_file_being_read(tmp_path):
+    paths, files = _files(tmp_path, 3), LocalFiles()
+    files.most = 0
+    for path in paths:
+        with LocalRanges(files, path, Requests()) as f:
+            assert f.read(5) == Path(path).read_bytes()[:5]
+            fd = f.file.fd
+        assert _is_open(fd, path) and list(files.held) == [path]
+
+
+def test_the_process_budget_comes_back_whatever_closed_the_files(tmp_path):
+    gc.collect()
+    local_files._budget(0)
+    before = local_files._OPEN[0]
+    paths, files = _files(tmp_path, 4), LocalFiles()
+    files.most = 2
+    reader = LocalRanges(files, paths[0], Requests())
+    for path in paths[1:]:  # pushed out while read, closed when the reader is done
+        with LocalRanges(files, path, Requests()) as f:
+            f.read(1)
+    assert local_files._OPEN[0] == before + 3
+    reader.close()
+    assert local_files._OPEN[0] == before + 2
+    reader.file = files.held[paths[3]]
+    reader.file.close()
+    reader.file.close()  # a second close does nothing (its number may be another file's by then)
+    assert reader.file.fd == -1 and local_files._OPEN[0] == before + 1
+    del files, reader, f
+    gc.collect()  # the finalizer's count comes back at the next change
+    local_files._budget(0)
+    assert local_files._OPEN[0] == before
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_starts_with_none_open_even_where_a_thread_held_the_locks(tmp_path):
+    paths, files = _files(tmp_path, 2), LocalFiles()
+    with LocalRanges(files, paths[0], Requests()) as f:
+        f.read(1)
+    parent_fd = files.held[paths[0]].fd
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with files.lock, local_files._OPEN_LOCK:
+            holding.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    holding.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: the thread that holds the locks is not here
+        ok = not files.held and not _is_open(parent_fd, paths[0])
+        with LocalRanges(files, paths[1], Requests()) as f:
+            ok = ok and f.read(4) == Path(paths[1]).read_bytes()[:4]
+        os._exit(0 if ok else 1)
+    release.set()
+    thread.join()
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung on a lock its parent's thread held")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert _is_open(parent_fd, paths[0]), "the parent's own stay open"

@@ -190,18 +190,25 @@ def test_the_compiled_counts_read_a_view_and_refuse_what_they_would_misread():
     b = Batch(0, 0, sources.astype(np.int32), sources.astype(np.int32), sources[:, ::-1], starts[:, ::-1])
     tokens, documents = b.counts_per_dataset(2)  # a view in another order is copied, not misread
     assert tokens.tolist() == [4, 3] and documents.tolist() == [2, 2]
-    tokens, documents = b.counts_per_dataset(1)  # datasets past those asked for are not counted
-    assert tokens.tolist() == [4] and documents.tolist() == [2]
-    assert tokens.tolist() == b.tokens_per_dataset(1).tolist()
-    guarded = np.zeros(3, np.int64), np.zeros(3, np.int64)  # nothing written past the arrays given
-    batch._count_by_dataset(sources, starts, guarded[0][:1], guarded[1][:1])
-    assert guarded[0].tolist() == [4, 0, 0] and guarded[1].tolist() == [2, 0, 0]
+    # a source past the datasets given is an error, and nothing is written past the arrays given
+    guarded = np.zeros(3, np.int64), np.zeros(3, np.int64)
+    with pytest.raises(ValueError, match="source 1 past the 1 datasets given"):
+        batch._count_by_dataset(sources, starts, guarded[0][:1], guarded[1][:1])
+    assert guarded[0][1:].tolist() == [0, 0] and guarded[1][1:].tolist() == [0, 0]
+    on_padding = starts.copy()
+    on_padding[0, 3] = True
+    with pytest.raises(ValueError, match="a document start on padding"):
+        batch._count_by_dataset(sources, on_padding, np.zeros(2, np.int64), np.zeros(2, np.int64))
     out = np.zeros(2, np.int64), np.zeros(2, np.int64)
     for wrong in (
         (sources.astype(np.int32), starts, *out),
         (sources, starts[:, :3].copy(), *out),
         (sources, starts, np.zeros(2, np.int32), out[1]),
         (sources, starts, out[0], np.zeros(3, np.int64)),
+        (sources, starts, out[0], np.zeros(2, np.float64)),
+        (sources, starts, out[0], np.zeros(2, np.uint64)),
+        (sources.astype(np.uint16), starts, *out),
+        (sources, starts.astype(np.int16), *out),
     ):
         with pytest.raises(ValueError, match="count_by_dataset"):
             batch._count_by_dataset(*wrong)

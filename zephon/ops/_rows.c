@@ -182,10 +182,17 @@ done:
 
 /* count_by_dataset(sources, starts, tokens, documents): a batch's tokens and document starts by
    dataset (zephon.batch.Batch.counts_per_dataset), in one pass: for each run of one value d of
-   ``sources`` (int16, C order) with 0 <= d < len(tokens), its length added to tokens[d] and the
-   document starts in it (``starts``, one byte a token, or None) to documents[d] (int64 arrays of
-   one length). Padding (-1) is not counted. A batch's datasets come in runs (its pieces), so the
-   pass is a comparison a token; numpy took a pass a dataset and a boolean index. */
+   ``sources`` (int16, C order), its length added to tokens[d] and the document starts in it
+   (``starts``, bool, one a source, or None) to documents[d] (int64 arrays of one length, a
+   dataset each). Padding (-1) is not counted. A source past the datasets given, or a document
+   start on padding, is an error (ValueError): a batch that holds one is not what the packer
+   makes. A batch's datasets come in runs (its pieces), so the pass is a comparison a token;
+   numpy took a pass a dataset and a boolean index. */
+static int format_is(const Py_buffer *view, Py_ssize_t itemsize, const char *letters) {
+    const char *f = view->format && *view->format ? view->format + strlen(view->format) - 1 : "B";
+    return view->itemsize == itemsize && *f != '\0' && strchr(letters, *f) != NULL;
+}
+
 static PyObject *count_by_dataset(PyObject *self, PyObject *args) {
     PyObject *objects[4];
     if (!PyArg_ParseTuple(args, "OOOO", &objects[0], &objects[1], &objects[2], &objects[3])) return NULL;
@@ -194,14 +201,14 @@ static PyObject *count_by_dataset(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     for (; held < 4; held++) {
         if (held == 1 && !has_starts) continue;
-        int flags = PyBUF_C_CONTIGUOUS | (held >= 2 ? PyBUF_WRITABLE : 0);
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (held >= 2 ? PyBUF_WRITABLE : 0);
         if (PyObject_GetBuffer(objects[held], &views[held], flags) < 0) goto done;
     }
     Py_ssize_t n = views[0].len / 2, m = views[2].len / 8;
-    if (views[0].itemsize != 2 || (has_starts && (views[1].itemsize != 1 || views[1].len != n)) ||
-        views[2].itemsize != 8 || views[3].itemsize != 8 || views[3].len != views[2].len) {
+    if (!format_is(&views[0], 2, "h") || (has_starts && (!format_is(&views[1], 1, "?bB") || views[1].len != n)) ||
+        !format_is(&views[2], 8, "lq") || !format_is(&views[3], 8, "lq") || views[3].len != views[2].len) {
         PyErr_SetString(PyExc_ValueError,
-                        "count_by_dataset: sources must be int16, starts one byte a source, tokens and "
+                        "count_by_dataset: sources must be int16, starts bool, one a source, tokens and "
                         "documents int64 of one length");
         goto done;
     }
@@ -212,13 +219,19 @@ static PyObject *count_by_dataset(PyObject *self, PyObject *args) {
         int16_t d = s[i];
         for (j = i + 1; j < n && s[j] == d; j++) {
         }
-        if (d < 0 || d >= m) continue;
-        tokens[d] += j - i;
-        if (b != NULL) {
-            int64_t starts = 0;
+        int64_t starts = 0;
+        if (b != NULL)
             for (Py_ssize_t k = i; k < j; k++) starts += b[k] != 0;
-            documents[d] += starts;
+        if (d >= m || (d < 0 && starts > 0)) {
+            PyErr_Format(PyExc_ValueError,
+                         d >= m ? "count_by_dataset: source %d past the %zd datasets given"
+                                : "count_by_dataset: a document start on padding (source %d)",
+                         (int)d, m);
+            goto done;
         }
+        if (d < 0) continue;
+        tokens[d] += j - i;
+        documents[d] += starts;
     }
     result = Py_NewRef(Py_None);
 done:
