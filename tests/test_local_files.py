@@ -132,6 +132,7 @@ def test_threads_reading_while_files_are_pushed_out_read_the_right_bytes(tmp_pat
         t.start()
     for t in threads:
         t.join(60)
+    assert not any(t.is_alive() for t in threads), "a reader still running after 60 s"
     assert not errors, errors[:3]
     assert len(files.held) <= 2
 

@@ -179,9 +179,10 @@ class LocalRanges:
             n = max(0, os.fstat(fd).st_size - self.pos)
         data = os.pread(fd, n, self.pos)
         if 0 < len(data) < n:  # short only at the end, but for a filesystem that splits reads
-            parts = [data]
-            while (got := sum(map(len, parts))) < n and (more := os.pread(fd, n - got, self.pos + got)):
+            parts, got = [data], len(data)
+            while got < n and (more := os.pread(fd, n - got, self.pos + got)):
                 parts.append(more)
+                got += len(more)
             data = b"".join(parts)
         return data
 
