@@ -30,7 +30,9 @@ def _held(monkeypatch):
 
     gate = threading.Event()
     real = fast_tokenizer.FastBackend._load
-    monkeypatch.setattr(fast_tokenizer.FastBackend, "_load", lambda self, *a: (gate.wait(), real(self, *a)))
+    # held, it counts as begun: the reference builds beside it without waiting (``started``)
+    held = lambda self, *a: (self.building.set(), gate.wait(), real(self, *a))  # noqa: E731
+    monkeypatch.setattr(fast_tokenizer.FastBackend, "_load", held)
     monkeypatch.setattr(fast_tokenizer.FastBackend, "patience", 60.0)
     yield gate
     gate.set()
@@ -238,14 +240,18 @@ def held_after_a_verdict(fresh_tokenizers, gpt2, monkeypatch):
     yield from _held(monkeypatch)
 
 
-def _fast_built_as(monkeypatch, fast) -> None:
-    """fastokens' build gives ``fast(the real one)``."""
+def _fast_built_as(monkeypatch, fast, texts: list[str] | None = None) -> None:
+    """fastokens' build gives ``fast(the real one)``; each text it is given goes in ``texts``."""
     import fastokens
 
     build = fastokens.Tokenizer.from_json_str
 
     class Shim:
-        from_json_str = staticmethod(lambda raw: fast(build(raw)))
+        @staticmethod
+        def from_json_str(raw):
+            if texts is not None:
+                texts.append(raw)
+            return fast(build(raw))
 
     monkeypatch.setattr(fastokens, "Tokenizer", Shim)
 
@@ -442,3 +448,152 @@ def test_installed_versions_are_importlib_metadata_s_without_importing_it(tmp_pa
     (tmp_path / "zephon_fake_pkg-1.2.4.dist-info").mkdir()
     assert fast_tokenizer.installed_version("zephon_fake_pkg") == "metadata's zephon_fake_pkg"
     sys.modules.pop("zephon_fake_pkg")
+
+
+def _ids_of(fast, texts: list[str]) -> list[list[int]]:
+    ids, offsets = fast_tokenizer._flat(fast, texts)
+    return [ids[a:b].tolist() for a, b in itertools.pairwise(offsets)]
+
+
+def test_the_fast_form_is_the_same_tokenizer_to_both_libraries(gpt2):
+    import json
+
+    import fastokens
+    from tokenizers import Tokenizer
+
+    with open(f"{gpt2}/tokenizer.json", "rb") as f:
+        raw = f.read()
+    form = fast_tokenizer.fast_form(raw)
+    merges = json.loads(form)["model"]["merges"]
+    assert len(merges) == 50_000 and all(isinstance(m, str) for m in merges), "merges as strings"
+    assert json.loads(raw)["model"]["merges"][:3] == [m.split(" ") for m in merges[:3]]
+    assert Tokenizer.from_str(form.decode()).to_str() == Tokenizer.from_str(raw.decode()).to_str(), (
+        "tokenizers reads both as one tokenizer"
+    )
+    texts = [r["text"] for r in kjv_records()[:2000]] + [d["text"] for d in python_source_documents(1 << 19)]
+    texts += fast_tokenizer.probes()
+    built = [fastokens.Tokenizer.from_json_str(spec.decode()) for spec in (raw, form)]
+    assert _ids_of(built[1], texts) == _ids_of(built[0], texts)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        b'{"model": {"type": "BPE", "merges": [["a b", "c"]]}}',  # only a pair can say it
+        b'{"model": {"type": "BPE", "merges": [["a", "c"], ["x", "y z"]]}}',
+        b'{"model": {"type": "BPE", "merges": ["a c", "x y"]}}',  # strings already
+        b'{"model": {"type": "BPE", "merges": [["a", "b", "c"]]}}',
+        b'{"model": {"type": "BPE", "merges": [["a", 1]]}}',
+        b'{"model": {"type": "BPE", "merges": []}}',
+        b'{"model": {"type": "WordPiece", "vocab": {"a": 0}}}',
+        b'{"model": "BPE"}',
+        b"[1, 2]",
+        b'{"model": {"type": "BPE", "merges": [["a", "c"]]',  # cut short
+    ],
+)
+def test_no_fast_form_where_the_file_has_nothing_to_change_or_only_pairs_can_say_it(spec):
+    assert fast_tokenizer.fast_form(spec) is None
+
+
+def test_a_later_load_builds_fastokens_from_the_kept_fast_form(fresh_tokenizers, gpt2, monkeypatch):
+    first = load_tokenizer(gpt2).fast
+    assert first.wait()
+    first.loading.join(60)  # the form is kept after the loading, for the next
+    with open(f"{gpt2}/tokenizer.json", "rb") as f:
+        raw = f.read()
+    assert fast_tokenizer._kept_form(first.key) == fast_tokenizer.fast_form(raw)
+    built = []
+    _fast_built_as(monkeypatch, lambda real: real, built)
+    monkeypatch.setattr(tokenizer, "_LOADED", {})
+    tok = load_tokenizer(gpt2)
+    assert tok.fast.wait() and tok.backend_name == "fastokens"
+    assert built == [fast_tokenizer.fast_form(raw).decode()], "built from the kept form, once"
+    texts = [r["text"] for r in kjv_records()[:3000]]
+    assert _ids_of(tok.fast.fast, texts) == tok.encode_batch(texts)
+
+
+def test_a_kept_form_fastokens_cannot_read_gives_way_to_the_file(fresh_tokenizers, gpt2, monkeypatch, caplog):
+    import logging
+
+    first = load_tokenizer(gpt2).fast
+    assert first.wait()
+    first.loading.join(60)
+    fast_tokenizer._keep_form(first.key, b'{"model": {"type": "BPE", "vocab": ')  # as if damaged
+    built = []
+    _fast_built_as(monkeypatch, lambda real: real, built)
+    monkeypatch.setattr(tokenizer, "_LOADED", {})
+    with caplog.at_level(logging.INFO, logger="zephon.io.fast_tokenizer"):
+        tok = load_tokenizer(gpt2)
+        assert tok.fast.wait() and tok.backend_name == "fastokens"
+    with open(f"{gpt2}/tokenizer.json", "rb") as f:
+        raw = f.read()
+    assert built[1:] == [raw.decode()], "then the file itself"
+    assert "cannot read its kept form" in caplog.text
+    texts = [r["text"] for r in kjv_records()[:3000]]
+    assert _ids_of(tok.fast.fast, texts) == tok.encode_batch(texts)
+
+
+def test_a_file_with_nothing_to_change_is_kept_as_itself(fresh_tokenizers, gpt2, tmp_path, monkeypatch):
+    import shutil
+
+    strings = tmp_path / "strings"
+    shutil.copytree(gpt2, strings)
+    raw = (strings / "tokenizer.json").read_bytes()
+    (strings / "tokenizer.json").write_bytes(fast_tokenizer.fast_form(raw))
+    first = load_tokenizer(str(strings)).fast
+    assert first.wait()
+    first.loading.join(60)
+    assert fast_tokenizer._kept_form(first.key) == b"", "kept as 'the file as it is'"
+    built = []
+    _fast_built_as(monkeypatch, lambda real: real, built)
+    monkeypatch.setattr(tokenizer, "_LOADED", {})
+    assert load_tokenizer(str(strings)).fast.wait()
+    assert built == [(strings / "tokenizer.json").read_text()]
+
+
+def test_the_reference_begins_its_build_once_fastokens_is_inside_its_own(fresh_tokenizers, gpt2, monkeypatch):
+    import tokenizers
+
+    # the reference's build holds the GIL throughout: begun first, it kept the loading thread
+    # from reaching fastokens' build (which lets go of it) for its whole length
+    backends, at_reference = [], []
+    real_load, real_kept = fast_tokenizer.load, fast_tokenizer._kept_form
+    monkeypatch.setattr(fast_tokenizer, "load", lambda raw: backends.append(real_load(raw)) or backends[-1])
+    monkeypatch.setattr(fast_tokenizer, "_kept_form", lambda key: (time.sleep(0.3), real_kept(key))[1])
+    real_build = tokenizers.Tokenizer.from_str
+
+    class Reference:
+        @staticmethod
+        def from_str(text):
+            at_reference.append(backends[-1].building.is_set())
+            return real_build(text)
+
+    monkeypatch.setattr(tokenizers, "Tokenizer", Reference)
+    tok = load_tokenizer(gpt2)
+    assert at_reference == [True], "the reference waited for fastokens' build to begin"
+    assert tok.fast.wait()
+
+
+def test_the_reference_waits_at_most_a_second_for_fastokens_to_begin(fresh_tokenizers, gpt2, monkeypatch):
+    real_kept = fast_tokenizer._kept_form
+    monkeypatch.setattr(fast_tokenizer, "_kept_form", lambda key: (time.sleep(6), real_kept(key))[1])
+    began = time.perf_counter()
+    tok = load_tokenizer(gpt2)  # its loading stuck before its build (a slow disk)
+    took = time.perf_counter() - began
+    assert 0.9 < took < 4, f"{took:.1f} s"
+    assert tok.encode_batch(["In the beginning"]) == [[818, 262, 3726]]
+    assert tok.fast.wait(60)
+
+
+def test_a_cache_write_that_fails_leaves_nothing_behind(tmp_path, monkeypatch, caplog):
+    import logging
+    import os
+
+    def full(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with caplog.at_level(logging.INFO, logger="zephon.io.fast_tokenizer"):
+        fast_tokenizer._write(str(tmp_path / "cache" / "k.tokenizer.json"), b"{}")
+    assert os.listdir(tmp_path / "cache") == [], "no half-written file left"
+    assert "cannot keep" in caplog.text and "No space left" in caplog.text

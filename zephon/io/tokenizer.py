@@ -75,6 +75,8 @@ class HFTokenizer(TextTokenizer):
             raw = f.read()
         # same ids, so not in the fingerprint; it loads meanwhile, on a core of its own
         self.fast = fast_tokenizer.load(raw) if fast else None
+        if self.fast is not None:  # the two builds side by side, the fast one's begun first
+            self.fast.started()
         self.tokenizer_id, self.backend = tokenizer_id, None
         try:
             self.backend = Tokenizer.from_str(raw.decode("utf-8"))
