@@ -339,6 +339,76 @@ def test_worker_processes_start_with_the_tokenizer_their_fork_server_loaded(gpt2
     assert "forked, after parallelism" not in out.stderr, out.stderr
 
 
+# A script that starts a pool of 2 workers over GPT2 in a process with no fork server yet and runs
+# units in it meanwhile (each loads the tokenizer, then sleeps PAUSE s); with "held", this
+# process's fastokens never gets ready. It prints when the fork server started and what held then.
+DEFERRED_SCRIPT = """import json, os, sys, threading, time
+sys.path.insert(0, {tests!r})
+from support.functions import WhereTokenizerLoaded
+from zephon.io import fast_tokenizer, tokenizer
+from zephon.runners import process
+
+if __name__ == "__main__":
+    gpt2, held = sys.argv[1], sys.argv[2] == "held"
+    gate = threading.Event()
+    if held:  # (and the units here say which backend is ready now, not once it is)
+        real = fast_tokenizer.FastBackend._load
+        fast_tokenizer.FastBackend._load = lambda self, *a: (self.building.set(), gate.wait(), real(self, *a))
+        tokenizer.HFTokenizer.backend_name = property(
+            lambda self: "fastokens" if self.fast.ready.is_set() else "tokenizers")
+    seen = {{}}
+    start = process._start_server
+
+    def starting(tokenizers):
+        fasts = [tok.fast for tok in tokenizer._LOADED.values()]
+        here = getattr(globals().get("executor"), "here", None)  # (none yet: being made)
+        seen.update(after=time.monotonic() - began, unit_running=here is not None,
+                    ready=[fast is not None and fast.ready.is_set() for fast in fasts])
+        start(tokenizers)
+        seen["preload_left"] = process.PRELOAD_TOKENIZERS in os.environ
+
+    process._start_server = starting
+    began = time.monotonic()
+    executor = process.ProcessExecutor(WhereTokenizerLoaded(gpt2, pause=0.05), 2, timeout=600.0)
+    futures = [executor.submit(k) for k in range(120)]
+    answers = [f.result(120) for f in futures]
+    gate.set()
+    seen["pool_up"] = executor.pool_up
+    executor.shutdown()
+    seen["served"] = sorted({{(pid == os.getpid(), backend) for pid, _, backend in answers}})
+    print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_pool_started_cold_starts_its_fork_server_once_this_process_s_tokenizer_is_ready(
+    gpt2, tmp_path, held
+):
+    """Started with the pool, the fork server's imports and tokenizer loads took the cores this
+    process loads its own tokenizer on and makes its first batch with. It starts once that
+    tokenizer's fast backend is ready, a second at most, and between two of the units run here
+    (it reads the environment it starts with, which a tokenizer reads too). In a process of its
+    own: a fork server starts once per process."""
+    import json
+
+    script = tmp_path / "deferred.py"
+    script.write_text(DEFERRED_SCRIPT.format(tests=os.path.dirname(__file__)))
+    command = [sys.executable, str(script), gpt2, "held" if held else "free"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["unit_running"] is False and seen["preload_left"] is False, seen
+    if held:
+        assert seen["ready"] == [False] and 0.9 < seen["after"] < 10, "not ready: started after a second"
+    else:
+        assert seen["ready"] == [True], "started once this process's fast backend was ready"
+    assert seen["pool_up"], seen
+    here = "tokenizers" if held else "fastokens"
+    assert [False, "fastokens"] in seen["served"] and [True, here] in seen["served"], (
+        "units ran here until the workers were up, then at the workers"
+    )
+
+
 @pytest.mark.parametrize("preset", [None, "true"])
 def test_thread_workers_keep_hugging_face_tokenizers_to_one_thread_each(monkeypatch, preset):
     if preset is None:

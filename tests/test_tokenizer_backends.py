@@ -597,3 +597,37 @@ def test_a_cache_write_that_fails_leaves_nothing_behind(tmp_path, monkeypatch, c
         fast_tokenizer._write(str(tmp_path / "cache" / "k.tokenizer.json"), b"{}")
     assert os.listdir(tmp_path / "cache") == [], "no half-written file left"
     assert "cannot keep" in caplog.text and "No space left" in caplog.text
+
+
+def test_waiting_for_tokenizers_to_settle_follows_their_load_and_is_bounded(fresh_tokenizers, gpt2):
+    import threading
+
+    named = [(gpt2, "auto")]
+    began = time.monotonic()
+    assert tokenizer.wait_settled(named, 0.3) is False, "none loaded"
+    assert 0.25 < time.monotonic() - began < 5
+    assert tokenizer.wait_settled([], 0) is True
+    said = []
+    waiting = threading.Thread(target=lambda: said.append(tokenizer.wait_settled(named, 60)))
+    waiting.start()
+    time.sleep(0.2)  # waiting already when the load begins: it hears of it
+    load_tokenizer(gpt2)
+    began = time.monotonic()
+    waiting.join(60)
+    assert said == [True] and time.monotonic() - began < 30, "heard of at once, not at its 60 s"
+    fast = tokenizer._LOADED[gpt2, "auto"].fast
+    assert fast.ready.is_set() and fast.on, "settled: its fast backend ready"
+    assert tokenizer.wait_settled([(gpt2, "tokenizers")], 0.2) is False, "another backend is another load"
+
+
+def test_waiting_for_tokenizers_to_settle_waits_for_their_fast_backend(
+    fresh_tokenizers, gpt2, monkeypatch, held_loading
+):
+    import threading
+
+    load_tokenizer(gpt2)
+    began = time.monotonic()
+    assert tokenizer.wait_settled([(gpt2, "auto")], 0.3) is False, "its fast backend held"
+    assert time.monotonic() - began < 5
+    threading.Timer(0.2, held_loading.set).start()
+    assert tokenizer.wait_settled([(gpt2, "auto")], 60) is True

@@ -51,10 +51,11 @@ def rename_content(record: dict) -> dict:
 ORPHAN_SCRIPT = """
 import sys, time, psutil
 from zephon import Dataset, Pipeline
-from zephon.testing import take
 ds = Dataset.from_path("d", sys.argv[1], exhausted="repeat")
 pipeline = Pipeline(ds).options(runner="process").tokenize(sys.argv[2], parallelism=2).pack_flat(64).batch(1)
-take(pipeline, 3)
+batches, deadline = iter(pipeline), time.monotonic() + 60
+while len(psutil.Process().children(recursive=True)) < 3 and time.monotonic() < deadline:
+    next(batches)  # until the fork server (started once this process's tokenizer is ready) and workers
 print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)), flush=True)
 time.sleep(600)
 """
@@ -135,11 +136,12 @@ class WhereTokenizerLoaded:
     """A unit: this worker's process id, the one that loaded its tokenizer, and its backend (a
     unit that declares its tokenizer, as ``Tokenize`` does, for the fork server to load it)."""
 
-    def __init__(self, tokenizer_id: str):
-        self.tokenizer_id, self.tokenizers = tokenizer_id, ((tokenizer_id, "auto"),)
+    def __init__(self, tokenizer_id: str, pause: float = 0.0):
+        self.tokenizer_id, self.tokenizers, self.pause = tokenizer_id, ((tokenizer_id, "auto"),), pause
 
     def __call__(self, unit):
         from zephon.io.tokenizer import load_tokenizer
 
         tok = load_tokenizer(self.tokenizer_id)
+        time.sleep(self.pause)  # a unit's length (seconds)
         return os.getpid(), tok.loaded_in, tok.backend_name

@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import threading
+import time
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -187,6 +188,7 @@ class TiktokenTokenizer(TextTokenizer):
 
 _LOADED: dict[tuple[str, str], TextTokenizer] = {}
 _LOCK = threading.Lock()
+_ADDED = threading.Condition(_LOCK)  # notified as each tokenizer is loaded
 BACKENDS = ("auto", "tokenizers")  # auto: fastokens where verified exact, else tokenizers
 
 
@@ -200,7 +202,21 @@ def load_tokenizer(tokenizer_id: str, backend: str = "auto") -> TextTokenizer:
             tokenizer = _load(tokenizer_id, fast=backend == "auto")
             tokenizer.loaded_in = os.getpid()  # (a process worker's may be its fork server's)
             _LOADED[tokenizer_id, backend] = tokenizer
+            _ADDED.notify_all()
         return _LOADED[tokenizer_id, backend]
+
+
+def wait_settled(named, timeout: float) -> bool:
+    """Wait until each tokenizer ``named`` (``(tokenizer_id, backend)`` pairs, as
+    ``WorkOperator.tokenizers`` gives them) is loaded in this process and its fast backend, where
+    it has one, ready or off; ``timeout`` seconds at most in all. Whether they all were."""
+    end = time.monotonic() + timeout
+    with _ADDED:
+        if not _ADDED.wait_for(lambda: all(tuple(n) in _LOADED for n in named), timeout):
+            return False
+        loaded = [_LOADED[tuple(n)] for n in named]
+    fasts = [fast for tok in loaded if (fast := getattr(tok, "fast", None)) is not None]
+    return all(fast.ready.wait(max(0.0, end - time.monotonic())) for fast in fasts)
 
 
 def _load(tokenizer_id: str, fast: bool) -> TextTokenizer:

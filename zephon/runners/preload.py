@@ -7,8 +7,10 @@ than tokenizing (two process workers, side by side: 8M tokens 5.71M tokens/s aga
 tokens of the corpus 23.3M against 19.6M once started).
 
 The runner names them in ``ENV`` (JSON ``[[tokenizer_id, backend], ...]``) in the environment the
-server starts with (``zephon.runners.process._context``). A tokenizer that does not load here is
-left to each worker, which loads it as before and reports what is wrong.
+server starts with (``zephon.runners.process._start_server``): at once where the loader is
+warmed up (``Pipeline.warm_up``), else once the rank process's own tokenizers are ready. A
+tokenizer that does not load here is left to each worker, which loads it as before and reports
+what is wrong.
 """
 
 from __future__ import annotations
