@@ -349,7 +349,7 @@ from zephon.io import fast_tokenizer, tokenizer
 from zephon.runners import process
 
 if __name__ == "__main__":
-    gpt2, held = sys.argv[1], sys.argv[2] == "held"
+    gpt2, held, imports = sys.argv[1], sys.argv[2] == "held", sys.argv[2] == "imports"
     gate = threading.Event()
     if held:  # (and the units here say which backend is ready now, not once it is)
         real = fast_tokenizer.FastBackend._load
@@ -369,7 +369,9 @@ if __name__ == "__main__":
 
     process._start_server = starting
     began = time.monotonic()
-    executor = process.ProcessExecutor(WhereTokenizerLoaded(gpt2, pause=0.05), 2, timeout=600.0)
+    work = WhereTokenizerLoaded(gpt2, pause=0.05, imports=("json",) if imports else ())
+    executor = process.ProcessExecutor(work, 2, timeout=600.0)
+    seen["at_once"] = process._server_running()
     futures = [executor.submit(k) for k in range(120)]
     answers = [f.result(120) for f in futures]
     gate.set()
@@ -380,30 +382,34 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("held", [False, True])
+@pytest.mark.parametrize("case", ["free", "held", "imports"])
 def test_a_pool_started_cold_starts_its_fork_server_once_this_process_s_tokenizer_is_ready(
-    gpt2, tmp_path, held
+    gpt2, tmp_path, case
 ):
     """Started with the pool, the fork server's imports and tokenizer loads took the cores this
     process loads its own tokenizer on and makes its first batch with. It starts once that
     tokenizer's fast backend is ready, a second at most, and between two of the units run here
     (it reads the environment it starts with, which a tokenizer reads too). In a process of its
-    own: a fork server starts once per process."""
+    own: a fork server starts once per process. Where the server imports modules for the work
+    (torch, a second or two), it starts with the pool, as before."""
     import json
 
     script = tmp_path / "deferred.py"
     script.write_text(DEFERRED_SCRIPT.format(tests=os.path.dirname(__file__)))
-    command = [sys.executable, str(script), gpt2, "held" if held else "free"]
+    command = [sys.executable, str(script), gpt2, case]
     out = subprocess.run(command, capture_output=True, text=True, timeout=90)
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["unit_running"] is False and seen["preload_left"] is False, seen
-    if held:
+    assert seen["at_once"] is (case == "imports"), seen
+    if case == "held":
         assert seen["ready"] == [False] and 0.9 < seen["after"] < 10, "not ready: started after a second"
-    else:
+    elif case == "free":
         assert seen["ready"] == [True], "started once this process's fast backend was ready"
+    else:
+        assert seen["ready"] == [], "started with the pool, before any unit loaded the tokenizer"
     assert seen["pool_up"], seen
-    here = "tokenizers" if held else "fastokens"
+    here = "tokenizers" if case == "held" else "fastokens"
     assert [False, "fastokens"] in seen["served"] and [True, here] in seen["served"], (
         "units ran here until the workers were up, then at the workers"
     )

@@ -136,8 +136,9 @@ class WhereTokenizerLoaded:
     """A unit: this worker's process id, the one that loaded its tokenizer, and its backend (a
     unit that declares its tokenizer, as ``Tokenize`` does, for the fork server to load it)."""
 
-    def __init__(self, tokenizer_id: str, pause: float = 0.0):
+    def __init__(self, tokenizer_id: str, pause: float = 0.0, imports: tuple[str, ...] = ()):
         self.tokenizer_id, self.tokenizers, self.pause = tokenizer_id, ((tokenizer_id, "auto"),), pause
+        self.imports = imports  # modules the fork server imports for it (WorkOperator.imports)
 
     def __call__(self, unit):
         from zephon.io.tokenizer import load_tokenizer

@@ -305,8 +305,9 @@ class ProcessExecutor(Executor):
         self.ship = handover.prefix(shared_memory) if shared_memory else None
         self.tokenizers = tuple(getattr(work, "tokenizers", ()))
         # a fork server not running yet (no warm_up) starts once this process's own tokenizers
-        # are ready, between two units (``_start_server_here``)
-        self.context = _context_for(work, start=False)
+        # are ready, between two units (``_start_server_here``); at once where it has modules to
+        # import for the work (torch: a second or two, the longer part of its start)
+        self.context = _context_for(work, start=bool(getattr(work, "imports", ())))
         self.deferred = self.context.get_start_method() == "forkserver" and not _server_running()
         self.holding = False  # the start thread takes no unit while the fork server starts
         self.queue = UrgentQueue()
@@ -403,7 +404,10 @@ class ProcessExecutor(Executor):
         process was loading its own on and making its first batch with. Side by side, two
         process workers on 2 cores, fresh processes alternated (medians): over 8M tokens (six
         pairs) the first batch came at 0.23 s against 0.27 s, and 9.51M tokens/s against 8.79M;
-        over 60M (three pairs) 20.54M against 20.79M, the same within this host's noise."""
+        over 60M (three pairs) 20.54M against 20.79M, the same within this host's noise. Not
+        where the server imports torch for the work: its start is long, and the pool's later start
+        cost more than the cores shared (image-text, torch resizing, 2M usable tokens, three
+        pairs: two workers 74.7k usable tokens/s against 77.0k, one 44.9k against 44.4k)."""
         from zephon.io import tokenizer
 
         tokenizer.wait_settled(self.tokenizers, self.DEFER)
