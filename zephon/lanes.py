@@ -491,13 +491,18 @@ class LaneOps:
 class Made(NamedTuple):
     """A batch, and where its lane stands once it is delivered: in ``window``, ``delivered``
     batches of it, ``mix`` the mixer at that window's start, and ``digests`` those of the chunks
-    a restore from there reads again (``(dataset, chunk number, digest)``, see zephon.digests)."""
+    a restore from there reads again (``(dataset, chunk number, digest)``, see zephon.digests);
+    ``tokens`` and ``documents``: the batch's per dataset, counted where it was made (with a
+    background runner, the lanes' thread, where its arrays are still in the cache, not the
+    consumer's, which the training loop waits on)."""
 
     batch: Batch
     window: int
     delivered: int
     mix: MixState
     digests: tuple[tuple[int, int, str], ...]
+    tokens: list[int]
+    documents: list[int]
 
 
 def lane_batches(
@@ -543,11 +548,12 @@ def lane_batches(
                     batch.vision = part.vision or RowPatches.none(*part.tokens.shape, ops.images.patch_dim)
                     batch.normalize = ops.images.mean, ops.images.std
                 batch.counters = counters if j == 0 else {}
+                tokens, documents = (c.tolist() for c in batch.counts_per_dataset(len(source.datasets)))
                 last = j == len(parts) - 1
                 if last:
-                    yield Made(batch, window + 1, 0, end, replay[1])
+                    yield Made(batch, window + 1, 0, end, replay[1], tokens, documents)
                 else:
-                    yield Made(batch, window, j + 1, at_start, replay[0])
+                    yield Made(batch, window, j + 1, at_start, replay[0], tokens, documents)
             index, window, at_start = index + len(parts), window + 1, end
             if mixer.ended:
                 return

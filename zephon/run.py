@@ -230,9 +230,8 @@ class _Delivery:
             made.mix,
         )
         state.digests = made.digests
-        tokens, docs = batch.counts_per_dataset(len(state.tokens))
-        state.tokens = [t + c for t, c in zip(state.tokens, tokens.tolist(), strict=True)]
-        state.documents = [t + c for t, c in zip(state.documents, docs.tolist(), strict=True)]
+        state.tokens = [t + c for t, c in zip(state.tokens, made.tokens, strict=True)]
+        state.documents = [t + c for t, c in zip(state.documents, made.documents, strict=True)]
         state.counters = sum_counters([state.counters, batch.counters])
 
     def close(self) -> None:
