@@ -606,9 +606,10 @@ class ProcessRunner(Runner):
 
     def warm_up(self, work) -> None:
         """The fork server, started now: it imports what ``work`` needs and loads its tokenizers
-        while the caller goes on, and the first pool's workers fork from it at once (started with
-        the pool instead, it is up a second after the pool on 2 busy cores, three with torch to
-        import for image work, and until then one thread of this process runs the units). A
+        while the caller goes on, and the first pool's workers fork from it at once (started by
+        the pool instead, once this process's own tokenizers are ready, it is up a second after
+        that on 2 busy cores, three with torch to import for image work, and until then one
+        thread of this process runs the units). A
         server already running is left as it is. A script that would run again in the server
         (no main guard) is told now, as a pool would tell it."""
         check_main_is_guarded()
