@@ -351,6 +351,8 @@ from zephon.runners import process
 if __name__ == "__main__":
     gpt2, held, imports = sys.argv[1], sys.argv[2] == "held", sys.argv[2] == "imports"
     gate = threading.Event()
+    if not held:  # a first load probes: on a busy machine, longer than the second it waits by default
+        process.ProcessExecutor.DEFER = 60.0
     if held:  # (and the units here say which backend is ready now, not once it is)
         real = fast_tokenizer.FastBackend._load
         fast_tokenizer.FastBackend._load = lambda self, *a: (self.building.set(), gate.wait(), real(self, *a))
@@ -391,7 +393,9 @@ def test_a_pool_started_cold_starts_its_fork_server_once_this_process_s_tokenize
     tokenizer's fast backend is ready, a second at most, and between two of the units run here
     (it reads the environment it starts with, which a tokenizer reads too). In a process of its
     own: a fork server starts once per process. Where the server imports modules for the work
-    (torch, a second or two), it starts with the pool, as before."""
+    (torch, a second or two), it starts with the pool, as before. Where the tokenizer is not
+    ready within a second, no server is started with its names (the environment would change
+    while it loads): the first worker's start starts one, and each worker loads its own."""
     import json
 
     script = tmp_path / "deferred.py"
@@ -400,13 +404,14 @@ def test_a_pool_started_cold_starts_its_fork_server_once_this_process_s_tokenize
     out = subprocess.run(command, capture_output=True, text=True, timeout=90)
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen["unit_running"] is False and seen["preload_left"] is False, seen
     assert seen["at_once"] is (case == "imports"), seen
-    if case == "held":
-        assert seen["ready"] == [False] and 0.9 < seen["after"] < 10, "not ready: started after a second"
-    elif case == "free":
-        assert seen["ready"] == [True], "started once this process's fast backend was ready"
+    if case == "held":  # not while a tokenizer may be running: the workers start it, and load theirs
+        assert "after" not in seen, "not ready within a second: no server started with its names"
     else:
+        assert seen["unit_running"] is False and seen["preload_left"] is False, seen
+    if case == "free":
+        assert seen["ready"] == [True], "started once this process's fast backend was ready"
+    elif case == "imports":
         assert seen["ready"] == [], "started with the pool, before any unit loaded the tokenizer"
     assert seen["pool_up"], seen
     here = "tokenizers" if case == "held" else "fastokens"

@@ -496,14 +496,16 @@ def test_no_fast_form_where_the_file_has_nothing_to_change_or_only_pairs_can_say
 
 
 def test_a_later_load_builds_fastokens_from_the_kept_fast_form(fresh_tokenizers, gpt2, monkeypatch):
+    built = []
+    _fast_built_as(monkeypatch, lambda real: real, built)
     first = load_tokenizer(gpt2).fast
     assert first.wait()
     first.loading.join(60)  # the form is kept after the loading, for the next
     with open(f"{gpt2}/tokenizer.json", "rb") as f:
         raw = f.read()
     assert fast_tokenizer._kept_form(first.key) == fast_tokenizer.fast_form(raw)
-    built = []
-    _fast_built_as(monkeypatch, lambda real: real, built)
+    assert built == [fast_tokenizer.fast_form(raw).decode()], "the first load probed the form built"
+    built.clear()
     monkeypatch.setattr(tokenizer, "_LOADED", {})
     tok = load_tokenizer(gpt2)
     assert tok.fast.wait() and tok.backend_name == "fastokens"
@@ -512,7 +514,7 @@ def test_a_later_load_builds_fastokens_from_the_kept_fast_form(fresh_tokenizers,
     assert _ids_of(tok.fast.fast, texts) == tok.encode_batch(texts)
 
 
-def test_a_kept_form_fastokens_cannot_read_gives_way_to_the_file(fresh_tokenizers, gpt2, monkeypatch, caplog):
+def test_a_kept_form_fastokens_cannot_read_is_made_again(fresh_tokenizers, gpt2, monkeypatch, caplog):
     import logging
 
     first = load_tokenizer(gpt2).fast
@@ -527,8 +529,10 @@ def test_a_kept_form_fastokens_cannot_read_gives_way_to_the_file(fresh_tokenizer
         assert tok.fast.wait() and tok.backend_name == "fastokens"
     with open(f"{gpt2}/tokenizer.json", "rb") as f:
         raw = f.read()
-    assert built[1:] == [raw.decode()], "then the file itself"
+    assert built[1:] == [fast_tokenizer.fast_form(raw).decode()], "then made again from the file"
     assert "cannot read its kept form" in caplog.text
+    tok.fast.loading.join(60)
+    assert fast_tokenizer._kept_form(tok.fast.key) == fast_tokenizer.fast_form(raw), "and kept again"
     texts = [r["text"] for r in kjv_records()[:3000]]
     assert _ids_of(tok.fast.fast, texts) == tok.encode_batch(texts)
 
@@ -557,9 +561,9 @@ def test_the_reference_begins_its_build_once_fastokens_is_inside_its_own(fresh_t
     # the reference's build holds the GIL throughout: begun first, it kept the loading thread
     # from reaching fastokens' build (which lets go of it) for its whole length
     backends, at_reference = [], []
-    real_load, real_kept = fast_tokenizer.load, fast_tokenizer._kept_form
+    real_load, real_read = fast_tokenizer.load, fast_tokenizer._read
     monkeypatch.setattr(fast_tokenizer, "load", lambda raw: backends.append(real_load(raw)) or backends[-1])
-    monkeypatch.setattr(fast_tokenizer, "_kept_form", lambda key: (time.sleep(0.3), real_kept(key))[1])
+    monkeypatch.setattr(fast_tokenizer, "_read", lambda path: (time.sleep(0.3), real_read(path))[1])
     real_build = tokenizers.Tokenizer.from_str
 
     class Reference:
@@ -575,8 +579,8 @@ def test_the_reference_begins_its_build_once_fastokens_is_inside_its_own(fresh_t
 
 
 def test_the_reference_waits_at_most_a_second_for_fastokens_to_begin(fresh_tokenizers, gpt2, monkeypatch):
-    real_kept = fast_tokenizer._kept_form
-    monkeypatch.setattr(fast_tokenizer, "_kept_form", lambda key: (time.sleep(6), real_kept(key))[1])
+    real_read = fast_tokenizer._read
+    monkeypatch.setattr(fast_tokenizer, "_read", lambda path: (time.sleep(6), real_read(path))[1])
     began = time.perf_counter()
     tok = load_tokenizer(gpt2)  # its loading stuck before its build (a slow disk)
     took = time.perf_counter() - began
@@ -631,3 +635,14 @@ def test_waiting_for_tokenizers_to_settle_waits_for_their_fast_backend(
     assert time.monotonic() - began < 5
     threading.Timer(0.2, held_loading.set).start()
     assert tokenizer.wait_settled([(gpt2, "auto")], 60) is True
+
+
+def test_a_tokenizer_is_loading_while_its_fast_backend_loads(fresh_tokenizers, gpt2, held_loading):
+    named = [(gpt2, "auto")]
+    assert tokenizer.loading(named) is False, "not loaded at all: nothing loading"
+    tok = load_tokenizer(gpt2)
+    assert tokenizer.loading(named) is True, "its fast backend held"
+    held_loading.set()
+    assert tok.fast.wait(60)
+    assert tokenizer.loading(named) is False
+    assert tokenizer.loading([(gpt2, "tokenizers")]) is False

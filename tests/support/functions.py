@@ -55,7 +55,7 @@ ds = Dataset.from_path("d", sys.argv[1], exhausted="repeat")
 pipeline = Pipeline(ds).options(runner="process").tokenize(sys.argv[2], parallelism=2).pack_flat(64).batch(1)
 batches, deadline = iter(pipeline), time.monotonic() + 60
 while len(psutil.Process().children(recursive=True)) < 3 and time.monotonic() < deadline:
-    next(batches)  # until the fork server (started once this process's tokenizer is ready) and workers
+    next(batches)  # until the fork server (started once this process's tokenizer is ready) has children
 print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)), flush=True)
 time.sleep(600)
 """

@@ -7,9 +7,10 @@ It is used only where it gives the reference's ids:
 1. at load, on fixed probes (every short string over ``" #$a\\n"``, runs of one character up to
    600 long, many scripts, seeded random Unicode, special tokens inside text); the verdict is kept
    in ``~/.cache/zephon/tokenizers/`` under the hash of the tokenizer file and both libraries'
-   versions, so a later load does not probe again. Beside it goes the file in the form fastokens
-   builds from fastest (``fast_form``), written once after a load and read by the later ones
-   (fastokens only: the reference always reads the file itself);
+   versions, so a later load does not probe again. fastokens is built from the file in the form
+   it builds from fastest (``fast_form``: merges as strings), the form the probes checked; it is
+   kept beside the verdict after a first load and read by the later ones (fastokens only: the
+   reference always reads the file itself);
 2. then on a sample of the data: the first documents each process encodes (up to 256 of them and
    64 Ki characters, each cut to 4 Ki) go through both, and any difference turns the fast backend
    off for that tokenizer (recorded, logged). The sample is bounded in characters because the
@@ -144,6 +145,7 @@ class FastBackend:
 
     def __init__(self, raw_json: bytes, key: str, verdict: bool | None):
         self.reference, self.key, self.fast = None, key, None
+        self.form_path = _form_path(key)  # (where VERDICTS points now, not when the loading ends)
         self.attached = threading.Event()
         self.on, self.sampled, self.lock = True, False, threading.Lock()
         self.ready = threading.Event()
@@ -164,16 +166,20 @@ class FastBackend:
     def _load(self, raw_json: bytes, verdict: bool | None) -> None:
         import fastokens
 
-        kept, fast = None, None
+        # fastokens is always built from fast_form(raw_json) (the file itself where it is None),
+        # kept after a first load: what the probes checked (the key names FORM) is what is built
+        kept, made, fast = None, None, None
         try:
-            kept = _kept_form(self.key)  # None: not kept yet; b"": the file as it is
-            if kept:
+            kept = _read(self.form_path)  # None: not kept yet; b"": the file as it is
+            if kept is not None:
                 try:
-                    fast = self._build(fastokens, kept)
-                except Exception as e:  # a kept form that fails: the file itself
-                    log.info("zephon: fastokens cannot read its kept form (%s); reading the file", e)
+                    fast = self._build(fastokens, kept or raw_json)
+                except Exception as e:  # a kept form that fails: made again, and kept again
+                    log.info("zephon: fastokens cannot read its kept form (%s); making it again", e)
+                    kept = None
             if fast is None:
-                fast = self._build(fastokens, raw_json)
+                made = fast_form(raw_json) or b""
+                fast = self._build(fastokens, made or raw_json)
             self.attached.wait()
             if self.reference is None:  # the reference did not load: no tokenizer to serve
                 verdict = False
@@ -184,7 +190,7 @@ class FastBackend:
             if verdict:  # its first call builds what it keeps for all calls: here, not in a unit
                 fast.encode_batch_flat([WARM_UP])
                 verdict = self._check_seen(fast)
-        except Exception as e:  # a tokenizer.json it cannot read: the reference serves it
+        except BaseException as e:  # a file it cannot read (or a panic): the reference serves it
             log.info("zephon: fastokens cannot load this tokenizer (%s); using tokenizers", e)
             verdict = False
         self.fast, self.on = (fast, True) if verdict else (None, False)
@@ -192,8 +198,8 @@ class FastBackend:
             self.building.set()
             self.ready.set()
             self.turn.notify_all()
-        if verdict and kept is None:  # once per tokenizer file, after the loading: for the next
-            _keep_form(self.key, fast_form(raw_json) or b"")
+        if verdict and made is not None:  # once per tokenizer file, after the loading: for the next
+            _write(self.form_path, made)
 
     def _build(self, fastokens, spec: bytes):
         text = spec.decode("utf-8")
@@ -296,7 +302,7 @@ def load(raw_json: bytes) -> FastBackend | None:
         return None
     import tokenizers  # noqa: F401 - imported to load the reference anyway
 
-    versions = [installed_version(p) for p in ("fastokens", "tokenizers")]
+    versions = [*(installed_version(p) for p in ("fastokens", "tokenizers")), f"form {FORM}"]
     key = hashlib.sha256(raw_json + json.dumps(versions).encode()).hexdigest()[:32]
     verdict = _verdict(key)
     return None if verdict is False else FastBackend(raw_json, key, verdict)
@@ -321,6 +327,9 @@ def _path(key: str) -> str:
     return os.path.join(os.path.expanduser(VERDICTS), key + ".json")
 
 
+FORM = 1  # fast_form's version: in the verdict's key, so that a verdict covers the form built
+
+
 def fast_form(raw_json: bytes) -> bytes | None:
     """The tokenizer file with its BPE merges as ``"left right"`` strings instead of pairs, or
     None where there is nothing to change (or a merge's part holds a space, which only the pair
@@ -343,20 +352,27 @@ def fast_form(raw_json: bytes) -> bytes | None:
         if not all(isinstance(part, str) and " " not in part for part in merge):
             return None
     model["merges"] = [f"{left} {right}" for left, right in merges]
-    return msgspec.json.encode(spec)
+    try:
+        return msgspec.json.encode(spec)
+    except (TypeError, ValueError, OverflowError):  # (a number past 64 bits, say): the file
+        return None
 
 
 def _form_path(key: str) -> str:
     return os.path.join(os.path.expanduser(VERDICTS), key + ".tokenizer.json")
 
 
-def _kept_form(key: str) -> bytes | None:
-    """The kept fast form; None where none is kept, b"" for "the file as it is"."""
+def _read(path: str) -> bytes | None:
+    """A kept fast form (b"": the file as it is), or None where none is kept."""
     try:
-        with open(_form_path(key), "rb") as f:
+        with open(path, "rb") as f:
             return f.read()
     except OSError:
         return None
+
+
+def _kept_form(key: str) -> bytes | None:
+    return _read(_form_path(key))
 
 
 def _keep_form(key: str, form: bytes) -> None:

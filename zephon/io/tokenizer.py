@@ -206,10 +206,17 @@ def load_tokenizer(tokenizer_id: str, backend: str = "auto") -> TextTokenizer:
         return _LOADED[tokenizer_id, backend]
 
 
+def loading(named) -> bool:
+    """Whether the fast backend of a tokenizer ``named`` is loading in this process now."""
+    loaded = [_LOADED.get(tuple(n)) for n in named]  # (no lock: it is held for a whole load)
+    return any(getattr(t, "fast", None) is not None and not t.fast.ready.is_set() for t in loaded)
+
+
 def wait_settled(named, timeout: float) -> bool:
     """Wait until each tokenizer ``named`` (``(tokenizer_id, backend)`` pairs, as
     ``WorkOperator.tokenizers`` gives them) is loaded in this process and its fast backend, where
-    it has one, ready or off; ``timeout`` seconds at most in all. Whether they all were."""
+    it has one, ready or off; ``timeout`` seconds in all (and, where a tokenizer's load is under
+    way then, until that load returns). Whether they all were."""
     end = time.monotonic() + timeout
     with _ADDED:
         if not _ADDED.wait_for(lambda: all(tuple(n) in _LOADED for n in named), timeout):

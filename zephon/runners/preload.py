@@ -8,7 +8,8 @@ tokens of the corpus 23.3M against 19.6M once started).
 
 The runner names them in ``ENV`` (JSON ``[[tokenizer_id, backend], ...]``) in the environment the
 server starts with (``zephon.runners.process._start_server``): at once where the loader is
-warmed up (``Pipeline.warm_up``), else once the rank process's own tokenizers are ready. A
+warmed up (``Pipeline.warm_up``) or where it imports modules for the work (torch), else once the
+rank process's own tokenizers are ready (else it loads none, and each worker loads its own). A
 tokenizer that does not load here is left to each worker, which loads it as before and reports
 what is wrong.
 """

@@ -280,8 +280,9 @@ class ProcessExecutor(Executor):
     from shared memory) and sends that worker its next unit. No feeder, no pool manager: a unit
     crosses one thread of this process each way.
 
-    Until its first worker is up (the fork server starts an interpreter, imports, loads the
-    tokenizer and its fast backend, then forks it: about half a second on a busy machine), the
+    Until its first worker is up (the fork server starts, where it is not running, once this
+    process's own tokenizers are ready, then starts an interpreter, imports, loads the tokenizer
+    and its fast backend, and forks it: a second or more on a busy machine), the
     units run one at a time on a thread of this process, which holds the work already, most
     urgent first, so the first batches do not wait for the workers; the rest wait in the queue.
     The work is stateless: where a unit runs does not change its result, nor its error. After
@@ -308,7 +309,8 @@ class ProcessExecutor(Executor):
         # are ready, between two units (``_start_server_here``); at once where it has modules to
         # import for the work (torch: a second or two, the longer part of its start)
         self.context = _context_for(work, start=bool(getattr(work, "imports", ())))
-        self.deferred = self.context.get_start_method() == "forkserver" and not _server_running()
+        forkserver = self.context.get_start_method() == "forkserver"
+        self.deferred = forkserver and bool(self.tokenizers) and not _server_running()
         self.holding = False  # the start thread takes no unit while the fork server starts
         self.queue = UrgentQueue()
         self.ready = self.queue.ready  # guards the workers' state too
@@ -399,7 +401,10 @@ class ProcessExecutor(Executor):
 
     def _start_server_here(self) -> None:
         """Start the fork server, once this process's own tokenizers are loaded and their fast
-        backends ready (``DEFER`` seconds at most), between two of the start thread's units.
+        backends ready, between two of the start thread's units (``DEFER`` seconds for each). Where
+        a fast backend is still loading here after that, or a unit still running, no server is
+        started here (its names go through the environment, which both read): the first worker's
+        start starts it, and each worker loads its tokenizers, as where the server has none.
         Started with the pool, the server's imports and tokenizer loads took the cores this
         process was loading its own on and making its first batch with. Side by side, two
         process workers on 2 cores, fresh processes alternated (medians): over 8M tokens (six
@@ -410,15 +415,15 @@ class ProcessExecutor(Executor):
         pairs: two workers 74.7k usable tokens/s against 77.0k, one 44.9k against 44.4k)."""
         from zephon.io import tokenizer
 
-        tokenizer.wait_settled(self.tokenizers, self.DEFER)
+        if not tokenizer.wait_settled(self.tokenizers, self.DEFER) and tokenizer.loading(self.tokenizers):
+            return  # a fast backend still loading here (probing, say): the workers load theirs
         with self.ready:
-            if self.queue.closed or self.broken is not None:
-                return
             self.holding = True
             try:
-                self.ready.wait_for(lambda: self.here is None or self.broken is not None)
-                _start_server(self.tokenizers)
-            finally:
+                between = self.ready.wait_for(lambda: self.here is None or self.queue.closed, self.DEFER)
+                if between and not self.queue.closed and self.broken is None:
+                    _start_server(self.tokenizers)
+            finally:  # (a unit that ran on: the first worker's start starts the server, without them)
                 self.holding = False
                 self.ready.notify_all()
 
