@@ -503,7 +503,7 @@ def test_a_later_load_builds_fastokens_from_the_kept_fast_form(fresh_tokenizers,
     first.loading.join(60)  # the form is kept after the loading, for the next
     with open(f"{gpt2}/tokenizer.json", "rb") as f:
         raw = f.read()
-    assert fast_tokenizer._kept_form(first.key) == fast_tokenizer.fast_form(raw)
+    assert fast_tokenizer._read(first.form_path) == fast_tokenizer.fast_form(raw)
     assert built == [fast_tokenizer.fast_form(raw).decode()], "the first load probed the form built"
     built.clear()
     monkeypatch.setattr(tokenizer, "_LOADED", {})
@@ -520,7 +520,7 @@ def test_a_kept_form_fastokens_cannot_read_is_made_again(fresh_tokenizers, gpt2,
     first = load_tokenizer(gpt2).fast
     assert first.wait()
     first.loading.join(60)
-    fast_tokenizer._keep_form(first.key, b'{"model": {"type": "BPE", "vocab": ')  # as if damaged
+    fast_tokenizer._write(first.form_path, b'{"model": {"type": "BPE", "vocab": ')  # as if damaged
     built = []
     _fast_built_as(monkeypatch, lambda real: real, built)
     monkeypatch.setattr(tokenizer, "_LOADED", {})
@@ -532,7 +532,7 @@ def test_a_kept_form_fastokens_cannot_read_is_made_again(fresh_tokenizers, gpt2,
     assert built[1:] == [fast_tokenizer.fast_form(raw).decode()], "then made again from the file"
     assert "cannot read its kept form" in caplog.text
     tok.fast.loading.join(60)
-    assert fast_tokenizer._kept_form(tok.fast.key) == fast_tokenizer.fast_form(raw), "and kept again"
+    assert fast_tokenizer._read(tok.fast.form_path) == fast_tokenizer.fast_form(raw), "and kept again"
     texts = [r["text"] for r in kjv_records()[:3000]]
     assert _ids_of(tok.fast.fast, texts) == tok.encode_batch(texts)
 
@@ -547,7 +547,7 @@ def test_a_file_with_nothing_to_change_is_kept_as_itself(fresh_tokenizers, gpt2,
     first = load_tokenizer(str(strings)).fast
     assert first.wait()
     first.loading.join(60)
-    assert fast_tokenizer._kept_form(first.key) == b"", "kept as 'the file as it is'"
+    assert fast_tokenizer._read(first.form_path) == b"", "kept as 'the file as it is'"
     built = []
     _fast_built_as(monkeypatch, lambda real: real, built)
     monkeypatch.setattr(tokenizer, "_LOADED", {})

@@ -371,14 +371,6 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def _kept_form(key: str) -> bytes | None:
-    return _read(_form_path(key))
-
-
-def _keep_form(key: str, form: bytes) -> None:
-    _write(_form_path(key), form)
-
-
 def _verdict(key: str) -> bool | None:
     try:
         with open(_path(key)) as f:
