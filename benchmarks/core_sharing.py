@@ -23,8 +23,10 @@ switch intervals of 5, 1 and 0.2 ms: the encoding's wall and CPU seconds, and ho
 thread got against the same thread alone.
 
 Reports medians of tokens/s end to end and after the first batch, and the CPU the run's own
-process used (process workers' CPU is theirs, not counted). Writes
-``benchmarks/results/core_sharing.txt``.
+process used (process workers' CPU is theirs, not counted); then, over the run's second half of
+tokens (the fork server's start is over by then), the CPU seconds a million tokens of the run's
+process and of its workers (the fork server's children, from ``/proc`` through psutil), and the
+cores they kept busy: what bounds each runner. Writes ``benchmarks/results/core_sharing.txt``.
 
     python benchmarks/core_sharing.py [--tokens 40000000] [--reps 3] [--copies 16]
 """
@@ -67,19 +69,54 @@ def child(name: str, tokens: int, copies: int) -> None:
         setup = text_setup(tmp, copies, method=runner, workers=workers, options={"backend": "auto"})
         start, cpu = time.perf_counter(), time.process_time()
         p = zephon_self.pipeline(setup)
-        done, first = 0, None
+        done, first, half = 0, None, None
         try:
             for batch in p:
                 done += int((batch.sources >= 0).sum())
                 first = first or time.perf_counter()
+                if half is None and done >= tokens // 2:
+                    half = (done, time.perf_counter(), _cpu_seconds())
                 if done >= tokens:
                     break
+            later = (done, time.perf_counter(), _cpu_seconds())
         finally:
             p.close()
         end = time.perf_counter()
     record = {"tokens": done, "rate": done / (end - start), "steady": done / (end - first)}
     record["cpu"] = time.process_time() - cpu
+    record.update(_second_half(half, later))
     print(json.dumps(record), flush=True)
+
+
+def _cpu_seconds() -> dict[int, float]:
+    """CPU seconds (user and system) so far: this process's under 0, and each of its workers'
+    under its PID (a process whose parent is not this one: the fork server's children; the fork
+    server itself, which only forks them, and multiprocessing's resource tracker are left out)."""
+    import psutil
+
+    me = psutil.Process()
+    seconds = {0: sum(me.cpu_times()[:2])}
+    for child in me.children(recursive=True):
+        try:
+            if child.ppid() != me.pid:
+                seconds[child.pid] = sum(child.cpu_times()[:2])
+        except psutil.Error:  # ended meanwhile
+            pass
+    return seconds
+
+
+def _second_half(half: tuple, later: tuple) -> dict:
+    """Tokens/s, and CPU ms a million tokens of the run's process and of its workers, between
+    ``half`` and ``later`` (each: tokens done, time, ``_cpu_seconds()``); a worker started in
+    between counts from its start."""
+    (tokens0, t0, cpu0), (tokens1, t1, cpu1) = half, later
+    millions = (tokens1 - tokens0) / 1e6
+    workers = sum(seconds - cpu0.get(pid, 0.0) for pid, seconds in cpu1.items() if pid)
+    return {
+        "half_rate": (tokens1 - tokens0) / (t1 - t0),
+        "half_own_ms": (cpu1[0] - cpu0[0]) / millions * 1e3,
+        "half_workers_ms": workers / millions * 1e3,
+    }
 
 
 TURNS_INTERVALS = (0.005, 0.001, 0.0002)  # seconds: Python's default switch interval, and less
@@ -215,6 +252,23 @@ def main() -> None:
         rate, steady, cpu = median(name, "rate"), median(name, "steady"), median(name, "cpu")
         row = f"| {name} | {rate / 1e6:.2f}M | {rate / inline:.2f}x | {steady / 1e6:.2f}M | {cpu:.1f} s |"
         lines.append(row)
+    lines += [
+        "",
+        "What bounds each runner: over the second half of each run's tokens, its tokens/s, the CPU "
+        "(user and system) a million tokens of the run's process and of its workers, and the cores "
+        "they kept busy (CPU over wall time); medians:",
+        "",
+        "| configuration | tokens/s, second half | CPU ms / M tokens, run's process | its workers "
+        "| cores busy |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in CONFIGS:
+        rate, own, workers = (median(name, k) for k in ("half_rate", "half_own_ms", "half_workers_ms"))
+        busy = statistics.median(
+            run["half_rate"] * (run["half_own_ms"] + run["half_workers_ms"]) / 1e9 for run in runs[name]
+        )
+        shown = f"{workers:.1f}" if CONFIGS[name][0] == "process" else "-"
+        lines.append(f"| {name} | {rate / 1e6:.2f}M | {own:.1f} | {shown} | {busy:.2f} |")
     lines += ["", "Every run, tokens/s end to end (M), in the order run:"]
     for name in CONFIGS:
         lines.append(f"- {name}: " + ", ".join(f"{run['rate'] / 1e6:.2f}" for run in runs[name]))
