@@ -24,7 +24,7 @@ thread got against the same thread alone.
 
 Reports medians of tokens/s end to end and after the first batch, and the CPU the run's own
 process used (process workers' CPU is theirs, not counted); then, over the run's second half of
-tokens (the fork server's start is over by then), the CPU seconds a million tokens of the run's
+tokens (from half the tokens, once the process workers are up), the CPU seconds a million tokens of the run's
 process and of its workers (the fork server's children, from ``/proc`` through psutil), and the
 cores they kept busy: what bounds each runner. Writes ``benchmarks/results/core_sharing.txt``.
 
@@ -69,13 +69,19 @@ def child(name: str, tokens: int, copies: int) -> None:
         setup = text_setup(tmp, copies, method=runner, workers=workers, options={"backend": "auto"})
         start, cpu = time.perf_counter(), time.process_time()
         p = zephon_self.pipeline(setup)
-        done, first, half = 0, None, None
+        done, first, half, looked = 0, None, None, 0.0
+        # the second half begins at half the tokens, once the process workers are up (until then
+        # the rank process runs their units), looked for at most every 50 ms
+        workers_up = workers if runner == "process" else 0
         try:
             for batch in p:
                 done += int((batch.sources >= 0).sum())
-                first = first or time.perf_counter()
-                if half is None and done >= tokens // 2:
-                    half = (done, time.perf_counter(), _cpu_seconds())
+                now = time.perf_counter()
+                first = first or now
+                if half is None and done >= tokens // 2 and now - looked >= 0.05:
+                    looked, seconds = now, _cpu_seconds()
+                    if len(seconds) - 1 >= workers_up:
+                        half = (done, now, seconds)
                 if done >= tokens:
                     break
             later = (done, time.perf_counter(), _cpu_seconds())
@@ -84,7 +90,8 @@ def child(name: str, tokens: int, copies: int) -> None:
         end = time.perf_counter()
     record = {"tokens": done, "rate": done / (end - start), "steady": done / (end - first)}
     record["cpu"] = time.process_time() - cpu
-    record.update(_second_half(half, later))
+    if half is not None and later[0] > half[0]:  # (else the workers came up too late to measure)
+        record.update(_second_half(half, later))
     print(json.dumps(record), flush=True)
 
 
@@ -263,9 +270,14 @@ def main() -> None:
         "|---|---:|---:|---:|---:|",
     ]
     for name in CONFIGS:
-        rate, own, workers = (median(name, k) for k in ("half_rate", "half_own_ms", "half_workers_ms"))
+        halves = [run for run in runs[name] if "half_rate" in run]
+        if not halves:  # the process workers came up after every run's end
+            lines.append(f"| {name} | - | - | - | - |")
+            continue
+        keys = ("half_rate", "half_own_ms", "half_workers_ms")
+        rate, own, workers = (statistics.median(run[k] for run in halves) for k in keys)
         busy = statistics.median(
-            run["half_rate"] * (run["half_own_ms"] + run["half_workers_ms"]) / 1e9 for run in runs[name]
+            run["half_rate"] * (run["half_own_ms"] + run["half_workers_ms"]) / 1e9 for run in halves
         )
         shown = f"{workers:.1f}" if CONFIGS[name][0] == "process" else "-"
         lines.append(f"| {name} | {rate / 1e6:.2f}M | {own:.1f} | {shown} | {busy:.2f} |")

@@ -103,6 +103,58 @@ def test_the_core_sharing_benchmark_times_the_encoding_alone_and_beside_python_a
     assert f"| beside Python, switch interval 5 ms | {record['0.005'][0]:.3f} s | {ratio:.2f}x |" in lines[-3]
 
 
+def test_core_sharing_counts_the_workers_cpu_not_the_fork_servers_and_a_late_worker_from_its_start():
+    """``_cpu_seconds`` takes this process and its grandchildren (the fork server's workers), not
+    its children (the fork server, the resource tracker); ``_second_half`` makes rates and CPU ms
+    a million tokens of the differences, a worker that appeared meanwhile counted whole."""
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks.core_sharing import _cpu_seconds, _second_half
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+    parent = (
+        "import subprocess, sys, time\n"
+        f"c = subprocess.Popen([sys.executable, '-c', {burn!r}])\n"
+        "print(c.pid, flush=True)\ntime.sleep(30)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild = int(child.stdout.readline())
+        deadline = time.monotonic() + 30
+        while (seen := _cpu_seconds()).get(grandchild, 0.0) < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert seen.get(grandchild, 0.0) >= 0.3, seen  # the worker, with the CPU it burned
+        assert child.pid not in seen and seen[0] > 0  # not the fork server; this process under 0
+    finally:
+        child.kill()
+        child.wait()
+    half = (1_000_000, 10.0, {0: 1.0, 11: 2.0})
+    later = (3_000_000, 12.0, {0: 1.5, 11: 2.25, 12: 0.25})  # worker 12 started in between
+    assert _second_half(half, later) == {"half_rate": 1e6, "half_own_ms": 250.0, "half_workers_ms": 250.0}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["inline", "process x2"])
+def test_a_core_sharing_run_reports_its_second_half_with_its_workers_cpu(name):
+    import json
+    import subprocess
+    import sys
+
+    path = os.path.join(ROOT, "benchmarks", "core_sharing.py")
+    # long enough for the workers to come up (a second or two here) before the run's end
+    run = subprocess.run([sys.executable, path, "--child", name, "--tokens", "40000000", "--copies", "1"],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads(run.stdout.strip().splitlines()[-1])
+    assert record["tokens"] >= 40_000_000 and record["half_rate"] > 0 and record["half_own_ms"] > 0
+    if name == "inline":
+        assert record["half_workers_ms"] == 0
+    else:  # two workers encode and read: most of the run's CPU, beside the rank process's lane
+        assert record["half_workers_ms"] > record["half_own_ms"] > 0
+
+
 def test_benchmark_runs_are_interleaved_each_said_with_the_time_left_and_a_failure_left_out_or_fatal(capsys):
     from benchmarks.common import interleaved
 
