@@ -59,7 +59,8 @@ def test_a_dropped_runs_work_is_stopped_on_the_reaper_thread_not_in_its_finalize
     deadline = time.monotonic() + 10
     while not closed_on and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert closed_on == ["zephon-reaper"]
+    # every run closed meanwhile (an earlier test's, dropped too, may be reaped now) on the reaper
+    assert closed_on and set(closed_on) == {"zephon-reaper"}, closed_on
     deadline = time.monotonic() + 10
     while _run_threads(before) and time.monotonic() < deadline:
         time.sleep(0.05)
