@@ -107,6 +107,8 @@ def test_core_sharing_counts_the_workers_cpu_not_the_fork_servers_and_a_late_wor
     """``_cpu_seconds`` takes this process and its grandchildren (the fork server's workers), not
     its children (the fork server, the resource tracker); ``_second_half`` makes rates and CPU ms
     a million tokens of the differences, a worker that appeared meanwhile counted whole."""
+    import contextlib
+    import signal
     import subprocess
     import sys
     import time
@@ -120,6 +122,7 @@ def test_core_sharing_counts_the_workers_cpu_not_the_fork_servers_and_a_late_wor
         "print(c.pid, flush=True)\ntime.sleep(30)"
     )
     child = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    grandchild = None
     try:
         grandchild = int(child.stdout.readline())
         deadline = time.monotonic() + 30
@@ -127,7 +130,10 @@ def test_core_sharing_counts_the_workers_cpu_not_the_fork_servers_and_a_late_wor
             time.sleep(0.05)
         assert seen.get(grandchild, 0.0) >= 0.3, seen  # the worker, with the CPU it burned
         assert child.pid not in seen and seen[0] > 0  # not the fork server; this process under 0
-    finally:
+    finally:  # the grandchild too: killing its parent leaves it sleeping on
+        if grandchild is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(grandchild, signal.SIGKILL)
         child.kill()
         child.wait()
     half = (1_000_000, 10.0, {0: 1.0, 11: 2.0})

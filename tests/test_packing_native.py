@@ -232,7 +232,7 @@ def test_the_deliverys_counts_are_made_where_the_batch_is_made_and_count_what_is
     where, real = [], batch.Batch.counts_per_dataset
     # a lanes thread of an earlier test, closed but ending the batch it was making (close never
     # waits for it), may count one more batch meanwhile: only this test's threads are heard
-    earlier = set(threading.enumerate()) - {threading.main_thread()}
+    earlier = set(threading.enumerate()) - {threading.current_thread()}
 
     def counting(self, num_datasets):
         if threading.current_thread() not in earlier:
